@@ -1,0 +1,169 @@
+"""The Transformer encoder with position-aware attention layers."""
+
+import math
+
+import torch
+from fairseq.distributed import fsdp_wrap
+from fairseq.models import FairseqEncoder
+from fairseq.models.transformer import TransformerConfig, TransformerEncoderBase
+from fairseq.modules import (
+    FairseqDropout,
+    LayerDropModuleList,
+    LayerNorm,
+    PositionalEmbedding,
+)
+from fairseq.modules.checkpoint_activations import checkpoint_wrapper
+from fairseq.modules.quant_noise import quant_noise as apply_quant_noise
+from torch import nn
+
+from ..modules.attention_config import PositionAttentionConfig
+from ..modules.attention_context import AttentionContext, gather_time, right_padding_order
+from ..modules.encoder_layer import PositionAwareEncoderLayer
+
+
+class PositionAwareEncoder(FairseqEncoder):
+    """fairseq's Transformer encoder, with the position options of
+    :class:`PositionAttentionConfig`.
+
+    Parameter names, input and output follow fairseq's
+    ``TransformerEncoderBase`` (with every option off it computes the same
+    function and loads the same state dict).  Inside, the batch is right-padded
+    so that column ``j`` is token position ``j`` for every term; outputs are
+    returned in the caller's padding layout.
+    """
+
+    # the output dictionary has fairseq's layout, so fairseq's reordering applies
+    reorder_encoder_out = TransformerEncoderBase.reorder_encoder_out
+
+    def __init__(
+        self,
+        cfg: TransformerConfig,
+        attention_cfg: PositionAttentionConfig,
+        dictionary,
+        embed_tokens: nn.Embedding,
+    ):
+        super().__init__(dictionary)
+        self.cfg = cfg
+        self.attention_cfg = attention_cfg
+        self.register_buffer("version", torch.Tensor([3]))
+        self.dropout_module = FairseqDropout(cfg.dropout, module_name="TransformerEncoder")
+        self.encoder_layerdrop = cfg.encoder.layerdrop
+
+        embed_dim = cfg.encoder.embed_dim
+        self.padding_idx = embed_tokens.padding_idx
+        self.max_source_positions = cfg.max_source_positions
+        self.embed_tokens = embed_tokens
+        self.embed_scale = 1.0 if cfg.no_scale_embedding else math.sqrt(embed_tokens.embedding_dim)
+        self.embed_positions = self._build_positions(cfg, attention_cfg, self.padding_idx)
+        self.layernorm_embedding = (
+            LayerNorm(embed_dim, export=cfg.export) if cfg.layernorm_embedding else None
+        )
+        if not cfg.adaptive_input and cfg.quant_noise.pq > 0:
+            self.quant_noise = apply_quant_noise(
+                nn.Linear(embed_dim, embed_dim, bias=False),
+                cfg.quant_noise.pq,
+                cfg.quant_noise.pq_block_size,
+            )
+        else:
+            self.quant_noise = None
+
+        if self.encoder_layerdrop > 0.0:
+            self.layers = LayerDropModuleList(p=self.encoder_layerdrop)
+        else:
+            self.layers = nn.ModuleList([])
+        self.layers.extend(self.build_encoder_layer(cfg, i) for i in range(cfg.encoder.layers))
+        self.num_layers = len(self.layers)
+        self.layer_norm = (
+            LayerNorm(embed_dim, export=cfg.export) if cfg.encoder.normalize_before else None
+        )
+
+    @staticmethod
+    def _build_positions(cfg, attention_cfg, padding_idx):
+        mode = attention_cfg.encoder_position_embedding
+        if mode == "none" or cfg.no_token_positional_embeddings:
+            return None
+        width = cfg.encoder.embed_dim
+        if mode == "concat":
+            width = attention_cfg.position_concat_dim(width)
+        return PositionalEmbedding(
+            cfg.max_source_positions,
+            width,
+            padding_idx,
+            learned=cfg.encoder.learned_pos,
+        )
+
+    def build_encoder_layer(self, cfg, layer_index: int):
+        layer = PositionAwareEncoderLayer(cfg, self.attention_cfg, layer_index)
+        checkpoint = cfg.checkpoint_activations
+        if checkpoint:
+            layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
+        return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not checkpoint else 0)
+
+    def forward_embedding(self, src_tokens, token_embedding=None):
+        if token_embedding is None:
+            token_embedding = self.embed_tokens(src_tokens)
+        x = embed = self.embed_scale * token_embedding
+        if self.embed_positions is not None:
+            positions = self.embed_positions(src_tokens)
+            if self.attention_cfg.encoder_position_embedding == "concat":
+                x = torch.cat([embed, positions.type_as(embed)], dim=-1)
+            else:
+                x = embed + positions
+        if self.layernorm_embedding is not None:
+            x = self.layernorm_embedding(x)
+        x = self.dropout_module(x)
+        if self.quant_noise is not None:
+            x = self.quant_noise(x)
+        return x, embed
+
+    def forward(
+        self,
+        src_tokens,
+        src_lengths=None,
+        return_all_hiddens: bool = False,
+        token_embeddings=None,
+    ):
+        """Same arguments and output dictionary as fairseq's ``TransformerEncoderBase``."""
+        padding_mask = src_tokens.eq(self.padding_idx)
+        has_pads = bool(padding_mask.any())
+        order = right_padding_order(padding_mask) if has_pads else None
+        tokens, mask = src_tokens, padding_mask
+        if order is not None:
+            tokens, mask = tokens.gather(1, order), mask.gather(1, order)
+            if token_embeddings is not None:
+                token_embeddings = gather_time(token_embeddings, order, 1)
+
+        x, encoder_embedding = self.forward_embedding(tokens, token_embeddings)
+        if has_pads:
+            x = x * (1 - mask.unsqueeze(-1).type_as(x))
+        x = x.transpose(0, 1)
+        context = AttentionContext(x.size(0), x.device)
+
+        states = [x] if return_all_hiddens else []
+        for layer in self.layers:
+            x = layer(x, mask if has_pads else None, context)
+            if return_all_hiddens:
+                states.append(x)
+        if self.layer_norm is not None:
+            x = self.layer_norm(x)
+
+        if order is not None:
+            inverse = order.argsort(dim=1)
+            x = gather_time(x, inverse, 0)
+            encoder_embedding = gather_time(encoder_embedding, inverse, 1)
+            states = [gather_time(state, inverse, 0) for state in states]
+        return {
+            "encoder_out": [x],  # T x B x C
+            "encoder_padding_mask": [padding_mask],  # B x T
+            "encoder_embedding": [encoder_embedding],  # B x T x C
+            "encoder_states": states,  # List[T x B x C]
+            "src_tokens": [],
+            "src_lengths": [
+                src_tokens.ne(self.padding_idx).sum(dim=1, dtype=torch.int32).reshape(-1, 1)
+            ],
+        }
+
+    def max_positions(self):
+        if self.embed_positions is None:
+            return self.max_source_positions
+        return min(self.max_source_positions, self.embed_positions.max_positions)

@@ -1,0 +1,85 @@
+"""``transformer_posattn``: fairseq's Transformer with a position-aware encoder.
+
+The decoder is fairseq's stock decoder; every option is an encoder option
+(:class:`~fairseq_posattn.modules.attention_config.PositionAttentionConfig`).
+Named architectures give the rows of Dufter et al. (2020), Table 2.
+"""
+
+from fairseq.dataclass.utils import gen_parser_from_dataclass
+from fairseq.models import register_model, register_model_architecture
+from fairseq.models.transformer import (
+    DEFAULT_MAX_SOURCE_POSITIONS,
+    TransformerConfig,
+    TransformerModel,
+    base_architecture,
+)
+
+from ..modules.attention_config import PositionAttentionConfig
+from .encoder import PositionAwareEncoder
+
+
+@register_model("transformer_posattn")
+class PositionAwareTransformerModel(TransformerModel):
+    """Transformer (Vaswani et al. 2017) whose encoder takes position options."""
+
+    @classmethod
+    def add_args(cls, parser):
+        super().add_args(parser)
+        gen_parser_from_dataclass(parser, PositionAttentionConfig(), delete_default=True)
+
+    @classmethod
+    def build_model(cls, args, task):
+        transformer_posattn(args)
+        PositionAttentionConfig.from_namespace(args).check(
+            embed_dim=args.encoder_embed_dim,
+            max_source_positions=getattr(args, "max_source_positions", None)
+            or DEFAULT_MAX_SOURCE_POSITIONS,
+            share_all_embeddings=args.share_all_embeddings,
+        )
+        return super().build_model(args, task)
+
+    @classmethod
+    def build_encoder(cls, args, src_dict, embed_tokens):
+        attention_cfg = PositionAttentionConfig.from_namespace(args)
+        if attention_cfg.encoder_position_embedding == "concat":
+            # PE[con]: token embeddings fill the width the positions leave
+            width = args.encoder_embed_dim - attention_cfg.position_concat_dim(
+                args.encoder_embed_dim
+            )
+            embed_tokens = cls.build_embedding(args, src_dict, width, args.encoder_embed_path)
+        return PositionAwareEncoder(
+            TransformerConfig.from_namespace(args), attention_cfg, src_dict, embed_tokens
+        )
+
+
+@register_model_architecture("transformer_posattn", "transformer_posattn")
+def transformer_posattn(args):
+    """Base size (d=512, 8 heads, ffn 2048, 6+6 layers), every position option at its default."""
+    PositionAttentionConfig.set_defaults(args)
+    base_architecture(args)
+
+
+# Dufter et al. (2020), Table 2: P, R and P+R replace the position embeddings;
+# temperature and the convolutions keep PE[add].
+DUFTER_ROWS = {
+    "transformer_posattn_p": dict(position_interactions="P", encoder_position_embedding="none"),
+    "transformer_posattn_r": dict(position_interactions="R", encoder_position_embedding="none"),
+    "transformer_posattn_pr": dict(position_interactions="PR", encoder_position_embedding="none"),
+    "transformer_posattn_temp": dict(learnable_temperature=True),
+    "transformer_posattn_conv1d": dict(convolved_attention="1d"),
+    "transformer_posattn_conv2d": dict(convolved_attention="2d"),
+}
+
+
+def _paper_row(options):
+    def architecture(args):
+        for name, value in options.items():
+            if getattr(args, name, None) is None:
+                setattr(args, name, value)
+        transformer_posattn(args)
+
+    return architecture
+
+
+for _name, _options in DUFTER_ROWS.items():
+    register_model_architecture("transformer_posattn", _name)(_paper_row(_options))

@@ -1,0 +1,207 @@
+"""One multi-head self-attention layer that composes position terms.
+
+Every term is a small module; this layer applies them in one fixed order::
+
+    logits = q k^T / sqrt(d_h)                       (Vaswani et al. 2017, Eq. 1)
+           + score terms        P, R, Shaw keys, Bilan & Roth relative scores
+    masked at padded keys
+    probs  = softmax(logits)    in float32
+    probs  = probability terms  convolved attention (1d / 2d)
+    out    = dropout(probs) V + value terms (Shaw values)
+
+With no term and no temperature it computes what fairseq's
+``MultiheadAttention`` computes for the same weights; its parameters carry
+the same names (``q_proj``, ``k_proj``, ``v_proj``, ``out_proj``), so stock
+checkpoints load into it.
+
+When no probability or value term is on and no weights are asked for, the
+layer hands the logits' additive part (score terms + mask) to PyTorch's fused
+``scaled_dot_product_attention``, whose kernels accumulate the softmax in
+float32; otherwise it runs the explicit path above.  Score terms are summed in
+float32 on both paths (cast to the query's dtype only to enter the fused
+kernel, which requires it).
+"""
+
+from typing import Optional, Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+from fairseq.modules.fairseq_dropout import FairseqDropout
+from fairseq.modules.quant_noise import quant_noise
+from torch import Tensor, nn
+
+from .attention_context import AttentionContext
+from .precision import at_least_float32
+
+
+class PositionAwareSelfAttention(nn.Module):
+    """Multi-head self-attention with optional position terms.
+
+    Args:
+        embed_dim, num_heads, dropout, bias: as fairseq's ``MultiheadAttention``.
+        learnable_temperature: Dufter et al. (2020) Sec. 2.4: per-head scalars
+            ``gamma_q, gamma_k, gamma_v`` (initialised to 1) multiplying the
+            query, key and value projections.
+        score_terms: modules ``(query, inputs, context) -> [B or 1, H, T, T]``
+            added to the logits; ``query`` is ``[B, H, T, d_h]`` already
+            scaled by ``1/sqrt(d_h)``, ``inputs`` the layer input ``[T, B, C]``.
+        probability_terms: modules ``(probs, key_padding_mask, context) ->
+            probs`` applied after the softmax.
+        value_terms: modules ``(probs, context) -> [B, H, T, d_h]`` added to
+            the attended values.
+        fused: allow the fused kernel when the terms permit it.
+    """
+
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        learnable_temperature: bool = False,
+        score_terms: Sequence[nn.Module] = (),
+        probability_terms: Sequence[nn.Module] = (),
+        value_terms: Sequence[nn.Module] = (),
+        q_noise: float = 0.0,
+        qn_block_size: int = 8,
+        fused: bool = True,
+    ):
+        super().__init__()
+        if embed_dim % num_heads:
+            raise ValueError(
+                f"embed_dim {embed_dim} is not divisible by num_heads {num_heads}"
+            )
+        self.embed_dim = embed_dim
+        self.num_heads = num_heads
+        self.head_dim = embed_dim // num_heads
+        self.scaling = self.head_dim**-0.5
+        self.dropout_module = FairseqDropout(dropout, module_name=self.__class__.__name__)
+
+        def projection():
+            return quant_noise(nn.Linear(embed_dim, embed_dim, bias=bias), q_noise, qn_block_size)
+
+        self.k_proj = projection()
+        self.v_proj = projection()
+        self.q_proj = projection()
+        self.out_proj = projection()
+        # fairseq's initialisation: scaled Xavier for q/k/v, Xavier for the output
+        for proj in (self.k_proj, self.v_proj, self.q_proj):
+            nn.init.xavier_uniform_(proj.weight, gain=2**-0.5)
+        nn.init.xavier_uniform_(self.out_proj.weight)
+        if self.out_proj.bias is not None:
+            nn.init.zeros_(self.out_proj.bias)
+
+        if learnable_temperature:
+            self.temperature = nn.Parameter(torch.ones(3, num_heads))  # gamma_q, gamma_k, gamma_v
+        else:
+            self.temperature = None
+        self.score_terms = nn.ModuleList(score_terms)
+        self.probability_terms = nn.ModuleList(probability_terms)
+        self.value_terms = nn.ModuleList(value_terms)
+        self.fused = fused
+
+    def _split_heads(self, x: Tensor, length: int, batch: int) -> Tensor:
+        return x.view(length, batch, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
+
+    def _project(self, x: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+        length, batch, _ = x.shape
+        q, k, v = (
+            self._split_heads(proj(x), length, batch)
+            for proj in (self.q_proj, self.k_proj, self.v_proj)
+        )
+        if self.temperature is not None:
+            gamma = self.temperature.view(3, 1, self.num_heads, 1, 1)
+            q, k, v = q * gamma[0], k * gamma[1], v * gamma[2]
+        return q, k, v
+
+    def _score_bias(self, q: Tensor, x: Tensor, context: AttentionContext) -> Optional[Tensor]:
+        if len(self.score_terms) == 0:
+            return None
+        scaled_q = q * self.scaling
+        bias = None
+        for term in self.score_terms:
+            scores = at_least_float32(term(scaled_q, x, context))
+            bias = scores if bias is None else bias + scores
+        return bias
+
+    def forward(
+        self,
+        x: Tensor,
+        key_padding_mask: Optional[Tensor] = None,
+        context: Optional[AttentionContext] = None,
+        need_weights: bool = False,
+    ) -> Tuple[Tensor, Optional[Tensor]]:
+        """
+        Args:
+            x: ``[T, B, C]``.
+            key_padding_mask: ``[B, T]``, True at pads.
+            context: positions for the terms; sequential ones by default.
+            need_weights: also return the per-head attention ``[B, H, T, T]``
+                (after the probability terms, before dropout).
+
+        Returns:
+            ``([T, B, C], weights or None)``
+        """
+        length, batch, _ = x.shape
+        if context is None:
+            context = AttentionContext(length, x.device)
+        if key_padding_mask is not None:
+            key_padding_mask = key_padding_mask.to(torch.bool)
+        q, k, v = self._project(x)
+        bias = self._score_bias(q, x, context)
+
+        weights = None
+        if (
+            self.fused
+            and not need_weights
+            and len(self.probability_terms) == 0
+            and len(self.value_terms) == 0
+        ):
+            out = F.scaled_dot_product_attention(
+                q,
+                k,
+                v,
+                attn_mask=self._additive_mask(bias, key_padding_mask, q.dtype),
+                dropout_p=self.dropout_module.p if self._dropout_active() else 0.0,
+            )
+        else:
+            logits = at_least_float32(torch.matmul(q * self.scaling, k.transpose(-1, -2)))
+            if bias is not None:
+                logits = logits + bias
+            if key_padding_mask is not None:
+                logits = logits.masked_fill(
+                    key_padding_mask[:, None, None, :], torch.finfo(torch.float32).min
+                )
+            probs = torch.softmax(logits, dim=-1)
+            for term in self.probability_terms:
+                probs = term(probs, key_padding_mask, context)
+            if need_weights:
+                weights = probs
+            probs = self.dropout_module(probs)
+            out = torch.matmul(probs.to(v.dtype), v)
+            for term in self.value_terms:
+                out = out + term(probs, context).to(out.dtype)
+
+        out = out.permute(2, 0, 1, 3).reshape(length, batch, self.embed_dim)
+        return self.out_proj(out), weights
+
+    def _dropout_active(self) -> bool:
+        return self.training or self.dropout_module.apply_during_inference
+
+    @staticmethod
+    def _additive_mask(
+        bias: Optional[Tensor], key_padding_mask: Optional[Tensor], dtype: torch.dtype
+    ) -> Optional[Tensor]:
+        """Score bias and padding as one additive mask in ``dtype`` for the fused kernel.
+
+        Pads get the dtype's most negative finite value, not ``-inf``, so a
+        row without any real key yields a uniform distribution, never NaN.
+        """
+        if key_padding_mask is None:
+            return None if bias is None else bias.to(dtype)
+        pads = key_padding_mask[:, None, None, :]
+        if bias is None:
+            mask = torch.zeros(pads.shape, dtype=dtype, device=pads.device)
+        else:
+            mask = bias.to(dtype)
+        return mask.masked_fill(pads, torch.finfo(dtype).min)

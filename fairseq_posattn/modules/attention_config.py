@@ -1,0 +1,212 @@
+"""The encoder's position options: one dataclass (fairseq flags) and the factory
+that turns it into the attention terms of one layer."""
+
+from dataclasses import dataclass, field, fields
+from enum import Enum
+from typing import Dict, List, Optional
+
+from fairseq.dataclass import ChoiceEnum, FairseqDataclass
+from torch import nn
+
+from .convolved_attention import ConvolvedAttention1d, ConvolvedAttention2d
+from .direct_interactions import AbsolutePositionInteraction, RelativePositionInteraction
+from .relative_positions import QueryProjectedRelativeScores, RelativeKeys, RelativeValues
+
+POSITION_EMBEDDING_CHOICES = ChoiceEnum(["add", "concat", "none"])
+INTERACTION_CHOICES = ChoiceEnum(["none", "P", "R", "PR"])
+INTERACTION_LAYER_CHOICES = ChoiceEnum(["first", "all"])
+OVERFLOW_CHOICES = ChoiceEnum(["error", "clamp"])
+CONVOLUTION_CHOICES = ChoiceEnum(["none", "1d", "2d"])
+
+
+@dataclass
+class PositionAttentionConfig(FairseqDataclass):
+    encoder_position_embedding: POSITION_EMBEDDING_CHOICES = field(
+        default="add",
+        metadata={
+            "help": "how the encoder's position embeddings meet the token embeddings: "
+            "add (PE[add]), concat (PE[con], Dufter et al. 2020) or none"
+        },
+    )
+    encoder_position_concat_dim: Optional[int] = field(
+        default=None,
+        metadata={
+            "help": "width of the concatenated position embedding (PE[con]); token "
+            "embeddings get --encoder-embed-dim minus this (default: a quarter)"
+        },
+    )
+    position_interactions: INTERACTION_CHOICES = field(
+        default="none",
+        metadata={
+            "help": "Dufter et al. 2020 direct position interactions added to the "
+            "logits: P (absolute t x t per head), R (relative a_{i-j+t}), PR (both)"
+        },
+    )
+    position_interaction_layers: INTERACTION_LAYER_CHOICES = field(
+        default="first",
+        metadata={"help": "encoder layers that get P/R: the first (paper) or all"},
+    )
+    interaction_max_len: int = field(
+        default=256,
+        metadata={
+            "help": "t, the number of positions of the P, R and conv1d tables "
+            "(must cover --max-source-positions unless --interaction-overflow clamp)"
+        },
+    )
+    interaction_overflow: OVERFLOW_CHOICES = field(
+        default="error",
+        metadata={
+            "help": "inputs longer than --interaction-max-len: error, or clamp "
+            "(positions past t share the last row/column, distances the outermost entry)"
+        },
+    )
+    learnable_temperature: bool = field(
+        default=False,
+        metadata={
+            "help": "Dufter et al. 2020: per-head scalars gamma_q, gamma_k, gamma_v "
+            "(initialised to 1) multiplying the query, key and value projections"
+        },
+    )
+    convolved_attention: CONVOLUTION_CHOICES = field(
+        default="none",
+        metadata={
+            "help": "Dufter et al. 2020 convolution of softmax(A) in every encoder "
+            "layer: 1d (t width-3 filters along the query axis) or 2d (one 3x3 filter per head)"
+        },
+    )
+    relative_positions: bool = field(
+        default=False,
+        metadata={
+            "help": "Shaw et al. 2018 relative position keys and values in every "
+            "encoder layer (sequential positions)"
+        },
+    )
+    max_relative_position: int = field(
+        default=16,
+        metadata={"help": "clip distance k of --relative-positions"},
+    )
+    no_relative_values: bool = field(
+        default=False,
+        metadata={"help": "with --relative-positions, keys only (no a^V term)"},
+    )
+    query_relative_positions: bool = field(
+        default=False,
+        metadata={
+            "help": "Bilan & Roth 2018 relative scores r_i . m_{j-i} with their own "
+            "query projection W^r, in every encoder layer"
+        },
+    )
+    query_relative_clip: Optional[int] = field(
+        default=None,
+        metadata={
+            "help": "largest distance with its own m vector for "
+            "--query-relative-positions (default: --interaction-max-len minus 1)"
+        },
+    )
+
+    def __post_init__(self):
+        # choices arrive as fairseq's enum members or as plain strings
+        for f in _option_fields():
+            value = getattr(self, f.name)
+            if isinstance(value, Enum):
+                setattr(self, f.name, value.value)
+
+    @classmethod
+    def from_namespace(cls, args) -> "PositionAttentionConfig":
+        return cls(**{f.name: getattr(args, f.name, f.default) for f in _option_fields()})
+
+    @classmethod
+    def set_defaults(cls, args) -> None:
+        """Fill the options the command line and the architecture left unset."""
+        for f in _option_fields():
+            if getattr(args, f.name, None) is None:
+                setattr(args, f.name, f.default)
+
+    def uses_position_tables(self) -> bool:
+        return self.position_interactions != "none" or self.convolved_attention == "1d"
+
+    def check(
+        self,
+        embed_dim: int,
+        max_source_positions: int,
+        share_all_embeddings: bool,
+    ) -> None:
+        """Refuse, at build time, combinations that cannot work; name the flags."""
+        if self.encoder_position_embedding == "concat":
+            width = self.position_concat_dim(embed_dim)
+            if not 0 < width < embed_dim:
+                raise ValueError(
+                    f"--encoder-position-concat-dim {width} must be between 1 and "
+                    f"--encoder-embed-dim - 1 ({embed_dim - 1})"
+                )
+            if share_all_embeddings:
+                raise ValueError(
+                    "--encoder-position-embedding concat narrows the source token "
+                    "embeddings, so it cannot be combined with --share-all-embeddings"
+                )
+        if self.interaction_max_len < 1:
+            raise ValueError("--interaction-max-len must be at least 1")
+        if (
+            self.uses_position_tables()
+            and self.interaction_overflow == "error"
+            and self.interaction_max_len < max_source_positions
+        ):
+            raise ValueError(
+                f"--interaction-max-len {self.interaction_max_len} is smaller than "
+                f"--max-source-positions {max_source_positions}, so the "
+                f"--position-interactions/--convolved-attention 1d tables cannot "
+                f"cover every input: pass --max-source-positions "
+                f"{self.interaction_max_len}, a larger --interaction-max-len, or "
+                f"--interaction-overflow clamp"
+            )
+        for flag, value in (
+            ("--max-relative-position", self.max_relative_position),
+            ("--query-relative-clip", self.relative_clip()),
+        ):
+            if value < 1:
+                raise ValueError(f"{flag} must be at least 1, got {value}")
+
+    def position_concat_dim(self, embed_dim: int) -> int:
+        if self.encoder_position_concat_dim is not None:
+            return self.encoder_position_concat_dim
+        return embed_dim // 4
+
+    def relative_clip(self) -> int:
+        if self.query_relative_clip is not None:
+            return self.query_relative_clip
+        return self.interaction_max_len - 1
+
+    def build_terms(self, embed_dim: int, num_heads: int, layer_index: int) -> Dict:
+        """Keyword arguments of :class:`PositionAwareSelfAttention` for one layer."""
+        head_dim = embed_dim // num_heads
+        t, overflow = self.interaction_max_len, self.interaction_overflow
+        score_terms: List[nn.Module] = []
+        probability_terms: List[nn.Module] = []
+        value_terms: List[nn.Module] = []
+        if layer_index == 0 or self.position_interaction_layers == "all":
+            if "P" in self.position_interactions:
+                score_terms.append(AbsolutePositionInteraction(num_heads, t, overflow))
+            if "R" in self.position_interactions:
+                score_terms.append(RelativePositionInteraction(num_heads, t, overflow))
+        if self.relative_positions:
+            score_terms.append(RelativeKeys(head_dim, self.max_relative_position))
+            if not self.no_relative_values:
+                value_terms.append(RelativeValues(head_dim, self.max_relative_position))
+        if self.query_relative_positions:
+            score_terms.append(
+                QueryProjectedRelativeScores(embed_dim, num_heads, self.relative_clip())
+            )
+        if self.convolved_attention == "1d":
+            probability_terms.append(ConvolvedAttention1d(num_heads, t, overflow))
+        elif self.convolved_attention == "2d":
+            probability_terms.append(ConvolvedAttention2d(num_heads))
+        return dict(
+            learnable_temperature=self.learnable_temperature,
+            score_terms=score_terms,
+            probability_terms=probability_terms,
+            value_terms=value_terms,
+        )
+
+
+def _option_fields():
+    return [f for f in fields(PositionAttentionConfig) if not f.name.startswith("_")]

@@ -1,0 +1,98 @@
+"""What every attention term may need besides the hidden states.
+
+The encoder builds one :class:`AttentionContext` per forward pass and hands it
+to every layer.  Inside the encoder the batch is *right-padded* (see
+:func:`right_padding_order`): column ``j`` of a sentence is its true token
+position ``j``, so position tables (Dufter's P, R, conv1d channels) are plain
+slices and never shifted by fairseq's left padding.
+"""
+
+from typing import Dict, Optional
+
+import torch
+from torch import Tensor
+
+
+def right_padding_order(padding_mask: Optional[Tensor]) -> Optional[Tensor]:
+    """Column order that moves every sentence's tokens to the left end.
+
+    Returns a ``[B, T]`` index for ``gather`` along the time axis, or ``None``
+    when no pad column precedes a real token (no padding, or right padding).
+    The order is stable, so tokens keep their order and pads their relative
+    order.
+    """
+    if padding_mask is None:
+        return None
+    pads = padding_mask.to(torch.int8)
+    if not bool((pads[:, 1:] < pads[:, :-1]).any()):
+        return None
+    return torch.sort(pads, dim=1, stable=True).indices
+
+
+def gather_time(x: Tensor, order: Tensor, time_dim: int) -> Tensor:
+    """Reorder ``x`` along ``time_dim`` by a per-sentence ``order`` of shape [B, T].
+
+    ``x`` has its batch axis at 0 (``time_dim`` 1) or at 1 (``time_dim`` 0,
+    fairseq's T x B x C layout).
+    """
+    if time_dim == 0:
+        index = order.t()
+    else:
+        index = order
+    shape = list(index.shape) + [1] * (x.dim() - 2)
+    return x.gather(time_dim, index.reshape(shape).expand_as(x))
+
+
+def sequential_relative_positions(length: int, device: torch.device) -> Tensor:
+    """``[1, T, T]`` tensor of ``j - i`` (key position minus query position)."""
+    steps = torch.arange(length, device=device)
+    return (steps[None, :] - steps[:, None]).unsqueeze(0)
+
+
+class AttentionContext:
+    """Where the tokens of a batch are, for the attention terms.
+
+    Args:
+        length: T, the (right-padded) sequence length.
+        device: where derived position tensors are built.
+        relative_positions: named ``[B or 1, T, T]`` integer tensors of
+            key-minus-query positions; ``"sequential"`` is derived on demand.
+    """
+
+    def __init__(
+        self,
+        length: int,
+        device: torch.device,
+        relative_positions: Optional[Dict[str, Tensor]] = None,
+    ):
+        self.length = length
+        self.device = device
+        self._relative_positions = dict(relative_positions or {})
+
+    def relative_positions(self, name: str) -> Tensor:
+        if name not in self._relative_positions:
+            if name != "sequential":
+                raise KeyError(
+                    f"no '{name}' relative positions in this batch; the task must "
+                    f"provide them (available: {sorted(self._relative_positions)})"
+                )
+            self._relative_positions[name] = sequential_relative_positions(
+                self.length, self.device
+            )
+        return self._relative_positions[name]
+
+
+def check_length(length: int, max_len: int, overflow: str) -> None:
+    """Refuse a sequence longer than a position table unless ``overflow="clamp"``."""
+    if length > max_len and overflow != "clamp":
+        raise ValueError(
+            f"input of {length} tokens is longer than the position table "
+            f"(--interaction-max-len {max_len}); raise --interaction-max-len, "
+            f"lower --max-source-positions to {max_len}, or pass "
+            f"--interaction-overflow clamp"
+        )
+
+
+def table_rows(length: int, max_len: int, device: torch.device) -> Tensor:
+    """Rows ``0..T-1`` of a ``max_len``-row table, positions past the end on the last row."""
+    return torch.arange(length, device=device).clamp_(max=max_len - 1)

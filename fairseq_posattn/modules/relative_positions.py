@@ -1,0 +1,116 @@
+"""Relative position terms that interact with a query vector.
+
+* Shaw, Uszkoreit & Vaswani (2018), Eq. 3-4: relation-aware self-attention,
+  ``e_ij = q_i (k_j + a^K_ij)^T / sqrt(d_h)`` and
+  ``z_i = sum_j p_ij (v_j + a^V_ij)``, with ``a^K``, ``a^V`` looked up by the
+  clipped relative position and shared across heads.
+* Bilan & Roth (2018), Sec. 3.1.1: ``z_relpos(i, j) = r_i . m_{j-i}`` with
+  its own query projection ``r = W^r e_i`` and per-head vectors ``m``.
+
+Neither materialises a ``[B, T, T, d_head]`` tensor: scores are computed
+against the ``2k+1``-row table and gathered, and the probabilities are summed
+per relative-position bucket before they meet the value table.  The relative
+positions come from the :class:`AttentionContext` by name, so the same terms
+serve sequential positions (``j - i``) and, later, tree positions.
+"""
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from .attention_context import AttentionContext
+
+
+def relative_buckets(relative_positions: Tensor, clip: int) -> Tensor:
+    """Map key-minus-query positions to table rows ``0..2*clip``."""
+    return relative_positions.clamp(-clip, clip) + clip
+
+
+def relative_scores(queries: Tensor, table: Tensor, buckets: Tensor) -> Tensor:
+    """``out[b,h,i,j] = queries[b,h,i] . table[(h,) buckets[b,i,j]]``.
+
+    Args:
+        queries: ``[B, H, T, D]``.
+        table: ``[R, D]`` shared by the heads, or ``[H, R, D]``.
+        buckets: ``[B or 1, T, T]`` rows of ``table``.
+    """
+    per_row = torch.matmul(queries, table.transpose(-1, -2))  # [B, H, T, R]
+    index = buckets.unsqueeze(1).expand(
+        per_row.size(0), per_row.size(1), buckets.size(1), buckets.size(2)
+    )
+    return per_row.gather(-1, index)
+
+
+def bucketed_values(probs: Tensor, table: Tensor, buckets: Tensor) -> Tensor:
+    """``out[b,h,i] = sum_j probs[b,h,i,j] * table[buckets[b,i,j]]``.
+
+    Args:
+        probs: ``[B, H, T, T]`` attention probabilities.
+        table: ``[R, D]``.
+        buckets: ``[B or 1, T, T]`` rows of ``table``.
+    """
+    index = buckets.unsqueeze(1).expand_as(probs)
+    per_bucket = probs.new_zeros(*probs.shape[:-1], table.size(0))
+    per_bucket.scatter_add_(-1, index, probs)
+    return torch.matmul(per_bucket, table.to(per_bucket.dtype))
+
+
+class RelativeKeys(nn.Module):
+    """Shaw et al. (2018) Eq. 4: the ``q_i . a^K_ij / sqrt(d_h)`` score term."""
+
+    def __init__(self, head_dim: int, clip: int, positions: str = "sequential"):
+        super().__init__()
+        self.clip = clip
+        self.positions = positions
+        self.embedding = nn.Parameter(torch.empty(2 * clip + 1, head_dim))
+        nn.init.xavier_uniform_(self.embedding)
+
+    def forward(self, query: Tensor, inputs: Tensor, context: AttentionContext):
+        """``query`` is already scaled by ``1/sqrt(d_h)``."""
+        buckets = relative_buckets(context.relative_positions(self.positions), self.clip)
+        return relative_scores(query, self.embedding, buckets)
+
+
+class RelativeValues(nn.Module):
+    """Shaw et al. (2018) Eq. 3: the ``sum_j p_ij a^V_ij`` value term."""
+
+    def __init__(self, head_dim: int, clip: int, positions: str = "sequential"):
+        super().__init__()
+        self.clip = clip
+        self.positions = positions
+        self.embedding = nn.Parameter(torch.empty(2 * clip + 1, head_dim))
+        nn.init.xavier_uniform_(self.embedding)
+
+    def forward(self, probs: Tensor, context: AttentionContext):
+        buckets = relative_buckets(context.relative_positions(self.positions), self.clip)
+        return bucketed_values(probs, self.embedding, buckets)
+
+
+class QueryProjectedRelativeScores(nn.Module):
+    """Bilan & Roth (2018) Sec. 3.1.1: ``z_relpos(i, j) = r_i . m_{j-i}``.
+
+    ``r = W^r e_i`` is a bias-free projection of the layer input, split into
+    heads and scaled by ``1/sqrt(d_h)`` like the ordinary query, so the two
+    scores the paper sums share one scale.  ``m_{-k..k}`` are learned per
+    head; distances beyond ``k`` share the outermost vectors.
+    """
+
+    def __init__(self, embed_dim: int, num_heads: int, clip: int):
+        super().__init__()
+        self.num_heads = num_heads
+        self.head_dim = embed_dim // num_heads
+        self.clip = clip
+        self.query_proj = nn.Linear(embed_dim, embed_dim, bias=False)
+        self.relative_vectors = nn.Parameter(
+            torch.empty(num_heads, 2 * clip + 1, self.head_dim)
+        )
+        nn.init.xavier_uniform_(self.query_proj.weight, gain=1 / math.sqrt(2))
+        nn.init.normal_(self.relative_vectors, std=self.head_dim**-0.5)
+
+    def forward(self, query: Tensor, inputs: Tensor, context: AttentionContext):
+        length, batch, _ = inputs.shape
+        r = self.query_proj(inputs).view(length, batch, self.num_heads, self.head_dim)
+        r = r.permute(1, 2, 0, 3) * self.head_dim**-0.5
+        buckets = relative_buckets(context.relative_positions("sequential"), self.clip)
+        return relative_scores(r, self.relative_vectors, buckets)

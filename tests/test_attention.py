@@ -1,0 +1,346 @@
+"""PositionAwareSelfAttention against fairseq's MultiheadAttention and against a
+slow reference that follows the papers' equations with explicit loops."""
+
+import itertools
+import math
+
+import pytest
+import torch
+from fairseq.modules import MultiheadAttention
+
+from fairseq_posattn.modules import AttentionContext, PositionAttentionConfig
+from fairseq_posattn.modules.attention import PositionAwareSelfAttention
+
+EMBED, HEADS = 12, 3
+HEAD_DIM = EMBED // HEADS
+
+
+def right_padding_mask(lengths, total):
+    return torch.arange(total)[None, :] >= torch.tensor(lengths)[:, None]
+
+
+def build(dtype=torch.float64, layer_index=0, fused=True, **options):
+    cfg = PositionAttentionConfig(**options)
+    torch.manual_seed(0)
+    attn = PositionAwareSelfAttention(
+        EMBED, HEADS, fused=fused, **cfg.build_terms(EMBED, HEADS, layer_index)
+    )
+    # random, non-trivial values for every parameter (temperatures, biases too)
+    with torch.no_grad():
+        for p in attn.parameters():
+            p.normal_(0.0, 0.5)
+    return attn.to(dtype)
+
+
+# --------------------------------------------------------------------------
+# slow reference: the papers' equations, one scalar at a time
+# --------------------------------------------------------------------------
+
+
+def reference_attention(attn, x, lengths):
+    """x: [T, B, C]; lengths: true lengths (right padding)."""
+    T, B, C = x.shape
+    H, D = attn.num_heads, attn.head_dim
+    terms = {type(t).__name__: t for t in itertools.chain(
+        attn.score_terms, attn.probability_terms, attn.value_terms)}
+
+    def linear(layer, vec):
+        out = layer.weight @ vec
+        return out + layer.bias if layer.bias is not None else out
+
+    gamma = attn.temperature if attn.temperature is not None else torch.ones(3, H, dtype=x.dtype)
+    out = torch.zeros(T, B, C, dtype=x.dtype)
+    for b in range(B):
+        n = lengths[b]
+        q = [linear(attn.q_proj, x[i, b]) for i in range(T)]
+        k = [linear(attn.k_proj, x[i, b]) for i in range(T)]
+        v = [linear(attn.v_proj, x[i, b]) for i in range(T)]
+        heads_out = []
+        for h in range(H):
+            sl = slice(h * D, (h + 1) * D)
+            qh = [gamma[0, h] * q[i][sl] for i in range(T)]
+            kh = [gamma[1, h] * k[i][sl] for i in range(T)]
+            vh = [gamma[2, h] * v[i][sl] for i in range(T)]
+            A = torch.zeros(T, T, dtype=x.dtype)
+            for i in range(T):
+                for j in range(T):
+                    A[i, j] = qh[i] @ kh[j] / math.sqrt(D)
+                    if "AbsolutePositionInteraction" in terms:
+                        t = terms["AbsolutePositionInteraction"]
+                        A[i, j] += t.weight[h, min(i, t.max_len - 1), min(j, t.max_len - 1)]
+                    if "RelativePositionInteraction" in terms:
+                        t = terms["RelativePositionInteraction"]
+                        reach = t.max_len - 1
+                        A[i, j] += t.weight[h, max(-reach, min(reach, i - j)) + reach]
+                    if "RelativeKeys" in terms:
+                        t = terms["RelativeKeys"]
+                        rel = max(-t.clip, min(t.clip, j - i)) + t.clip
+                        A[i, j] += qh[i] @ t.embedding[rel] / math.sqrt(D)
+                    if "QueryProjectedRelativeScores" in terms:
+                        t = terms["QueryProjectedRelativeScores"]
+                        r = (t.query_proj.weight @ x[i, b])[sl]
+                        rel = max(-t.clip, min(t.clip, j - i)) + t.clip
+                        A[i, j] += r @ t.relative_vectors[h, rel] / math.sqrt(D)
+            P = torch.zeros(T, T, dtype=x.dtype)
+            for i in range(T):
+                row = torch.exp(A[i, :n] - A[i, :n].max())
+                P[i, :n] = row / row.sum()
+            if "ConvolvedAttention1d" in terms:
+                t = terms["ConvolvedAttention1d"]
+                P = reference_conv1d(P, n, t.weight[h], t.bias[h], t.max_len)
+            if "ConvolvedAttention2d" in terms:
+                t = terms["ConvolvedAttention2d"]
+                P = reference_conv2d(P, n, t.weight[h, 0], t.bias[h])
+            z = []
+            for i in range(T):
+                zi = torch.zeros(D, dtype=x.dtype)
+                for j in range(n):
+                    zi = zi + P[i, j] * vh[j]
+                    if "RelativeValues" in terms:
+                        t = terms["RelativeValues"]
+                        rel = max(-t.clip, min(t.clip, j - i)) + t.clip
+                        zi = zi + P[i, j] * t.embedding[rel]
+                z.append(zi)
+            heads_out.append(z)
+        for i in range(T):
+            concat = torch.cat([heads_out[h][i] for h in range(H)])
+            out[i, b] = linear(attn.out_proj, concat)
+    return out
+
+
+def reference_conv1d(P, n, weight, bias, max_len):
+    """Dufter Fig. 1 top: per query row q, out[q, o] = b[o] + sum_{d,i} w[d, i, o] P[q+d-1, i]."""
+    T = P.size(0)
+    src = P.clone()
+    src[n:, :] = 0
+    src[:, n:] = 0
+    out = torch.zeros_like(P)
+    pos = lambda p: min(p, max_len - 1)  # noqa: E731
+    for q in range(T):
+        for o in range(n):
+            acc = bias[pos(o)].clone()
+            for d in range(3):
+                row = q + d - 1
+                if 0 <= row < T:
+                    for i in range(T):
+                        acc = acc + weight[d, pos(i), pos(o)] * src[row, i]
+            out[q, o] = max(acc, torch.zeros_like(acc))
+    return out
+
+
+def reference_conv2d(P, n, weight, bias):
+    T = P.size(0)
+    src = P.clone()
+    src[n:, :] = 0
+    src[:, n:] = 0
+    out = torch.zeros_like(P)
+    for r in range(T):
+        for c in range(n):
+            acc = bias.clone()
+            for dr in range(3):
+                for dc in range(3):
+                    rr, cc = r + dr - 1, c + dc - 1
+                    if 0 <= rr < T and 0 <= cc < T:
+                        acc = acc + weight[dr, dc] * src[rr, cc]
+            out[r, c] = max(acc, torch.zeros_like(acc))
+    return out
+
+
+OPTION_SETS = {
+    "none": {},
+    "temperature": dict(learnable_temperature=True),
+    "P": dict(position_interactions="P", interaction_max_len=8),
+    "R": dict(position_interactions="R", interaction_max_len=8),
+    "PR": dict(position_interactions="PR", interaction_max_len=8),
+    "shaw": dict(relative_positions=True, max_relative_position=2),
+    "shaw_keys_only": dict(relative_positions=True, max_relative_position=2, no_relative_values=True),
+    "bilan": dict(query_relative_positions=True, query_relative_clip=3),
+    "conv1d": dict(convolved_attention="1d", interaction_max_len=8),
+    "conv2d": dict(convolved_attention="2d"),
+    "everything_1d": dict(
+        position_interactions="PR", interaction_max_len=8, learnable_temperature=True,
+        relative_positions=True, max_relative_position=2, query_relative_positions=True,
+        query_relative_clip=3, convolved_attention="1d",
+    ),
+    "everything_2d": dict(
+        position_interactions="P", interaction_max_len=8, learnable_temperature=True,
+        relative_positions=True, max_relative_position=1, convolved_attention="2d",
+    ),
+}
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "explicit"])
+@pytest.mark.parametrize("name", sorted(OPTION_SETS))
+def test_matches_loop_reference(name, fused):
+    attn = build(fused=fused, **OPTION_SETS[name]).eval()
+    T, lengths = 6, [6, 4, 1]
+    torch.manual_seed(1)
+    x = torch.randn(T, len(lengths), EMBED, dtype=torch.float64)
+    mask = right_padding_mask(lengths, T)
+    out, _ = attn(x, key_padding_mask=mask)
+    expected = reference_attention(attn, x, lengths)
+    for b, n in enumerate(lengths):
+        torch.testing.assert_close(out[:n, b], expected[:n, b], atol=1e-10, rtol=1e-9)
+
+
+@pytest.mark.parametrize("name", ["P", "R", "conv1d"])
+def test_clamp_beyond_table_matches_reference(name):
+    options = dict(OPTION_SETS[name], interaction_max_len=4, interaction_overflow="clamp")
+    attn = build(**options).eval()
+    T, lengths = 7, [7, 5]
+    x = torch.randn(T, 2, EMBED, dtype=torch.float64)
+    out, _ = attn(x, key_padding_mask=right_padding_mask(lengths, T))
+    expected = reference_attention(attn, x, lengths)
+    for b, n in enumerate(lengths):
+        torch.testing.assert_close(out[:n, b], expected[:n, b], atol=1e-10, rtol=1e-9)
+
+
+@pytest.mark.parametrize("name", ["P", "R", "conv1d", "everything_1d"])
+def test_longer_than_table_is_a_clear_error(name):
+    attn = build(**dict(OPTION_SETS[name], interaction_max_len=4))
+    x = torch.randn(5, 2, EMBED, dtype=torch.float64)
+    with pytest.raises(ValueError, match="--interaction-max-len 4"):
+        attn(x)
+
+
+@pytest.mark.parametrize("name", ["everything_1d", "shaw", "bilan", "P"])
+def test_fused_and_explicit_paths_agree_with_gradients(name):
+    options = OPTION_SETS[name]
+    fused, explicit = build(fused=True, **options), build(fused=False, **options)
+    x = torch.randn(6, 3, EMBED, dtype=torch.float64, requires_grad=True)
+    mask = right_padding_mask([6, 3, 5], 6)
+    outputs, grads = [], []
+    for attn in (fused, explicit):
+        out, _ = attn(x, key_padding_mask=mask)
+        out = out.masked_fill(mask.t()[:, :, None], 0.0)
+        (g,) = torch.autograd.grad((out**2).sum(), x)
+        outputs.append(out)
+        grads.append(g)
+    torch.testing.assert_close(outputs[0], outputs[1])
+    torch.testing.assert_close(grads[0], grads[1])
+
+
+# --------------------------------------------------------------------------
+# every option off == fairseq's MultiheadAttention
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "explicit"])
+@pytest.mark.parametrize("padded", [False, True], ids=["no-padding", "left-padding"])
+def test_equals_fairseq_multihead_attention(padded, fused):
+    torch.manual_seed(3)
+    embed, heads, T, B = 16, 4, 7, 3
+    stock = MultiheadAttention(embed, heads, self_attention=True)
+    ours = PositionAwareSelfAttention(embed, heads, fused=fused)
+    ours.load_state_dict(stock.state_dict())
+    x = torch.randn(T, B, embed, requires_grad=True)
+    mask = None
+    if padded:
+        mask = torch.zeros(B, T, dtype=torch.bool)
+        mask[1, :3] = True
+        mask[2, :1] = True
+    expected, _ = stock(x, x, x, key_padding_mask=mask, need_weights=False)
+    actual, _ = ours(x, key_padding_mask=mask)
+    torch.testing.assert_close(actual, expected, atol=1e-6, rtol=0)
+
+    weight = torch.randn_like(expected)
+    grads_stock = torch.autograd.grad((expected * weight).sum(), [x, *stock.parameters()])
+    grads_ours = torch.autograd.grad((actual * weight).sum(), [x, *ours.parameters()])
+    for a, b in zip(grads_ours, grads_stock):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
+
+
+def test_state_dict_names_are_fairseqs():
+    stock = MultiheadAttention(8, 2, self_attention=True)
+    assert set(PositionAwareSelfAttention(8, 2).state_dict()) == set(stock.state_dict())
+
+
+# --------------------------------------------------------------------------
+# details of single terms
+# --------------------------------------------------------------------------
+
+
+def test_relative_interaction_is_directional():
+    attn = build(position_interactions="R", interaction_max_len=5)
+    (term,) = attn.score_terms
+    bias = term(None, None, AttentionContext(4, torch.device("cpu")))[0]  # [H, T, T]
+    for h in range(HEADS):
+        for i, j in itertools.product(range(4), repeat=2):
+            assert bias[h, i, j] == term.weight[h, i - j + 4]
+    assert not torch.allclose(bias[0], bias[0].t())
+
+
+def test_position_interactions_only_in_first_layer_by_default():
+    cfg = PositionAttentionConfig(position_interactions="PR", interaction_max_len=8)
+    assert len(cfg.build_terms(EMBED, HEADS, 0)["score_terms"]) == 2
+    assert cfg.build_terms(EMBED, HEADS, 1)["score_terms"] == []
+    cfg.position_interaction_layers = "all"
+    assert len(cfg.build_terms(EMBED, HEADS, 3)["score_terms"]) == 2
+
+
+def test_parameter_counts_follow_the_paper():
+    t = 10
+    count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+    base = count(build())
+    assert count(build(position_interactions="P", interaction_max_len=t)) - base == HEADS * t * t
+    assert count(build(position_interactions="R", interaction_max_len=t)) - base == HEADS * (2 * t - 1)
+    assert count(build(convolved_attention="1d", interaction_max_len=t)) - base == HEADS * (3 * t * t + t)
+    assert count(build(convolved_attention="2d")) - base == HEADS * 10
+    assert count(build(learnable_temperature=True)) - base == 3 * HEADS
+
+
+def test_temperature_starts_at_one_and_is_identity():
+    cfg = PositionAttentionConfig(learnable_temperature=True)
+    torch.manual_seed(0)
+    with_temp = PositionAwareSelfAttention(EMBED, HEADS, **cfg.build_terms(EMBED, HEADS, 0))
+    assert torch.equal(with_temp.temperature, torch.ones(3, HEADS))
+    torch.manual_seed(0)
+    plain = PositionAwareSelfAttention(EMBED, HEADS)
+    x = torch.randn(4, 2, EMBED)
+    torch.testing.assert_close(with_temp(x)[0], plain(x)[0])
+
+
+@pytest.mark.parametrize("name", ["conv1d", "conv2d"])
+def test_convolution_keeps_padded_keys_at_zero(name):
+    attn = build(**OPTION_SETS[name]).eval()
+    mask = right_padding_mask([5, 2], 6)
+    _, weights = attn(torch.randn(6, 2, EMBED, dtype=torch.float64), key_padding_mask=mask, need_weights=True)
+    assert torch.all(weights.masked_select(mask[:, None, None, :]) == 0)
+    # not renormalised: rows of real queries no longer sum to one
+    assert not torch.allclose(weights[0, :, :5].sum(-1), torch.ones(HEADS, 5, dtype=torch.float64))
+
+
+# --------------------------------------------------------------------------
+# half precision
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(OPTION_SETS))
+def test_bfloat16_autocast_forward_backward_is_finite(name):
+    attn = build(dtype=torch.float32, **OPTION_SETS[name]).train()
+    x = torch.randn(6, 3, EMBED, requires_grad=True)
+    mask = right_padding_mask([6, 2, 4], 6)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, _ = attn(x, key_padding_mask=mask)
+    out.float().pow(2).mean().backward()
+    assert torch.isfinite(out.float()).all()
+    assert torch.isfinite(x.grad).all()
+    for p in attn.parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("name", sorted(OPTION_SETS))
+def test_module_in_half_precision_is_finite(name, dtype):
+    attn = build(dtype=dtype, **OPTION_SETS[name])
+    x = torch.randn(6, 3, EMBED, dtype=dtype, requires_grad=True)
+    mask = right_padding_mask([6, 1, 4], 6)
+    try:
+        out, _ = attn(x, key_padding_mask=mask)
+    except RuntimeError as err:  # an operator this CPU build lacks in this dtype
+        pytest.skip(f"{dtype} not supported on this CPU: {err}")
+    out.float().pow(2).mean().backward()
+    assert out.dtype == dtype
+    assert torch.isfinite(out).all() and torch.isfinite(x.grad).all()
+    for p in attn.parameters():
+        assert torch.isfinite(p.grad).all()
