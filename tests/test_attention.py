@@ -155,6 +155,9 @@ OPTION_SETS = {
     "shaw": dict(relative_positions=True, max_relative_position=2),
     "shaw_keys_only": dict(relative_positions=True, max_relative_position=2, no_relative_values=True),
     "bilan": dict(query_relative_positions=True, query_relative_clip=3),
+    # tables wider than any distance in the batch (only the middle rows are reachable)
+    "bilan_wide": dict(query_relative_positions=True, query_relative_clip=10),
+    "shaw_wide": dict(relative_positions=True, max_relative_position=9),
     "conv1d": dict(convolved_attention="1d", interaction_max_len=8),
     "conv2d": dict(convolved_attention="2d"),
     "everything_1d": dict(
@@ -203,21 +206,35 @@ def test_longer_than_table_is_a_clear_error(name):
         attn(x)
 
 
-@pytest.mark.parametrize("name", ["everything_1d", "shaw", "bilan", "P"])
-def test_fused_and_explicit_paths_agree_with_gradients(name):
+@pytest.mark.parametrize("name", ["none", "temperature", "P", "PR", "bilan", "shaw_keys_only"])
+def test_fused_and_explicit_paths_agree(name):
+    """The fused kernel serves whenever no gradient must reach the score bias:
+    inference, or frozen terms that do not depend on the input."""
     options = OPTION_SETS[name]
     fused, explicit = build(fused=True, **options), build(fused=False, **options)
-    x = torch.randn(6, 3, EMBED, dtype=torch.float64, requires_grad=True)
-    mask = right_padding_mask([6, 3, 5], 6)
-    outputs, grads = [], []
     for attn in (fused, explicit):
-        out, _ = attn(x, key_padding_mask=mask)
-        out = out.masked_fill(mask.t()[:, :, None], 0.0)
-        (g,) = torch.autograd.grad((out**2).sum(), x)
-        outputs.append(out)
-        grads.append(g)
+        attn.requires_grad_(False)
+    mask = right_padding_mask([6, 3, 5], 6)
+    input_dependent = name in ("bilan", "shaw_keys_only")
+    x = torch.randn(6, 3, EMBED, dtype=torch.float64, requires_grad=not input_dependent)
+    bias = fused._score_bias(*fused._project(x)[:1], x, AttentionContext(6, x.device))
+    assert fused._can_fuse(bias, need_weights=False)
+    assert not explicit._can_fuse(bias, need_weights=False)
+    outputs = [attn(x, key_padding_mask=mask)[0].masked_fill(mask.t()[:, :, None], 0.0)
+               for attn in (fused, explicit)]
     torch.testing.assert_close(outputs[0], outputs[1])
-    torch.testing.assert_close(grads[0], grads[1])
+    if not input_dependent:
+        grads = [torch.autograd.grad((out**2).sum(), x)[0] for out in outputs]
+        torch.testing.assert_close(grads[0], grads[1])
+
+
+def test_trainable_score_terms_take_the_explicit_path():
+    attn = build(**OPTION_SETS["P"])
+    x = torch.randn(4, 2, EMBED, dtype=torch.float64)
+    bias = attn._score_bias(*attn._project(x)[:1], x, AttentionContext(4, x.device))
+    assert bias.requires_grad and not attn._can_fuse(bias, need_weights=False)
+    assert not build(**OPTION_SETS["conv2d"])._can_fuse(None, need_weights=False)
+    assert not build()._can_fuse(None, need_weights=True)
 
 
 # --------------------------------------------------------------------------

@@ -14,8 +14,9 @@ With no term and no temperature it computes what fairseq's
 the same names (``q_proj``, ``k_proj``, ``v_proj``, ``out_proj``), so stock
 checkpoints load into it.
 
-When no probability or value term is on and no weights are asked for, the
-layer hands the logits' additive part (score terms + mask) to PyTorch's fused
+When no probability or value term is on, no weights are asked for and no
+gradient must reach the score terms (no terms, or inference), the layer hands
+the logits' additive part (score terms + mask) to PyTorch's fused
 ``scaled_dot_product_attention``, whose kernels accumulate the softmax in
 float32; otherwise it runs the explicit path above.  Score terms are summed in
 float32 on both paths (cast to the query's dtype only to enter the fused
@@ -151,12 +152,7 @@ class PositionAwareSelfAttention(nn.Module):
         bias = self._score_bias(q, x, context)
 
         weights = None
-        if (
-            self.fused
-            and not need_weights
-            and len(self.probability_terms) == 0
-            and len(self.value_terms) == 0
-        ):
+        if self._can_fuse(bias, need_weights):
             out = F.scaled_dot_product_attention(
                 q,
                 k,
@@ -184,6 +180,18 @@ class PositionAwareSelfAttention(nn.Module):
 
         out = out.permute(2, 0, 1, 3).reshape(length, batch, self.embed_dim)
         return self.out_proj(out), weights
+
+    def _can_fuse(self, bias: Optional[Tensor], need_weights: bool) -> bool:
+        """The fused kernel serves when nothing needs the probabilities and no
+        gradient must flow into the score bias (it would fall back to a slower
+        unfused kernel than the explicit path)."""
+        return (
+            self.fused
+            and not need_weights
+            and len(self.probability_terms) == 0
+            and len(self.value_terms) == 0
+            and (bias is None or not bias.requires_grad)
+        )
 
     def _dropout_active(self) -> bool:
         return self.training or self.dropout_module.apply_during_inference

@@ -82,6 +82,17 @@ class AttentionContext:
         return self._relative_positions[name]
 
 
+def reachable_distance(context: "AttentionContext", name: str, clip: int) -> int:
+    """Largest ``|relative position|`` a table clipped at ``clip`` must serve.
+
+    Sequential distances never exceed ``T - 1``, so a short batch needs only
+    the middle rows of a wide table; other positions may reach ``clip``.
+    """
+    if name == "sequential":
+        return min(clip, context.length - 1)
+    return clip
+
+
 def check_length(length: int, max_len: int, overflow: str) -> None:
     """Refuse a sequence longer than a position table unless ``overflow="clamp"``."""
     if length > max_len and overflow != "clamp":

@@ -19,12 +19,20 @@ import math
 import torch
 from torch import Tensor, nn
 
-from .attention_context import AttentionContext
+from .attention_context import AttentionContext, reachable_distance
 
 
 def relative_buckets(relative_positions: Tensor, clip: int) -> Tensor:
     """Map key-minus-query positions to table rows ``0..2*clip``."""
     return relative_positions.clamp(-clip, clip) + clip
+
+
+def reachable_rows(table: Tensor, clip: int, context: AttentionContext, positions: str):
+    """The rows of a ``2*clip+1``-row table (last-but-one axis) this batch can
+    reach, and the buckets into them."""
+    reach = reachable_distance(context, positions, clip)
+    rows = table.narrow(-2, clip - reach, 2 * reach + 1)
+    return rows, relative_buckets(context.relative_positions(positions), reach)
 
 
 def relative_scores(queries: Tensor, table: Tensor, buckets: Tensor) -> Tensor:
@@ -68,8 +76,8 @@ class RelativeKeys(nn.Module):
 
     def forward(self, query: Tensor, inputs: Tensor, context: AttentionContext):
         """``query`` is already scaled by ``1/sqrt(d_h)``."""
-        buckets = relative_buckets(context.relative_positions(self.positions), self.clip)
-        return relative_scores(query, self.embedding, buckets)
+        table, buckets = reachable_rows(self.embedding, self.clip, context, self.positions)
+        return relative_scores(query, table, buckets)
 
 
 class RelativeValues(nn.Module):
@@ -83,8 +91,8 @@ class RelativeValues(nn.Module):
         nn.init.xavier_uniform_(self.embedding)
 
     def forward(self, probs: Tensor, context: AttentionContext):
-        buckets = relative_buckets(context.relative_positions(self.positions), self.clip)
-        return bucketed_values(probs, self.embedding, buckets)
+        table, buckets = reachable_rows(self.embedding, self.clip, context, self.positions)
+        return bucketed_values(probs, table, buckets)
 
 
 class QueryProjectedRelativeScores(nn.Module):
@@ -112,5 +120,5 @@ class QueryProjectedRelativeScores(nn.Module):
         length, batch, _ = inputs.shape
         r = self.query_proj(inputs).view(length, batch, self.num_heads, self.head_dim)
         r = r.permute(1, 2, 0, 3) * self.head_dim**-0.5
-        buckets = relative_buckets(context.relative_positions("sequential"), self.clip)
-        return relative_scores(r, self.relative_vectors, buckets)
+        table, buckets = reachable_rows(self.relative_vectors, self.clip, context, "sequential")
+        return relative_scores(r, table, buckets)

@@ -1,0 +1,317 @@
+"""Side-by-side cost of every architecture against fairseq's stock Transformer.
+
+    python -m fairseq_posattn.bench            # or: fairseq-posattn-bench
+    fairseq-posattn-bench --rows stock,P,shaw --batch 32 --length 64 --json out.json
+
+For each row, in one run and at one model size, it measures
+
+* time per update: forward + backward + Adam step (median over interleaved
+  repetitions, so every row sees the same machine load);
+* time per inference batch: a no-grad forward in eval mode;
+* peak training memory: on CUDA ``max_memory_allocated``; on CPU, in a
+  fresh process, parameters + optimizer state + the peak resident set of one
+  update above what the process held just before it (glibc's mmap threshold
+  is pinned so freed tensors really leave the resident set);
+
+and prints each as a ratio to the stock ``transformer`` row.  Absolute
+times on shared machines mean little; ratios measured in the same run do.
+"""
+
+import argparse
+import ctypes
+import gc
+import json
+import multiprocessing
+import os
+import statistics
+import sys
+import time
+import types
+from dataclasses import asdict, dataclass, field
+from typing import Dict, List
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass
+class BenchRow:
+    label: str
+    arch: str
+    flags: List[str] = field(default_factory=list)
+
+
+ROWS = [
+    BenchRow("stock", "transformer"),
+    BenchRow("posattn-off", "transformer_posattn"),
+    BenchRow("P", "transformer_posattn_p"),
+    BenchRow("R", "transformer_posattn_r"),
+    BenchRow("PR", "transformer_posattn_pr"),
+    BenchRow("temp", "transformer_posattn_temp"),
+    BenchRow("conv1d", "transformer_posattn_conv1d"),
+    BenchRow("conv2d", "transformer_posattn_conv2d"),
+    BenchRow("shaw", "transformer_posattn", ["--relative-positions"]),
+    BenchRow("bilan", "transformer_posattn", ["--query-relative-positions"]),
+]
+
+
+def _size_flags(settings) -> List[str]:
+    return [
+        "--encoder-embed-dim", str(settings.embed_dim),
+        "--decoder-embed-dim", str(settings.embed_dim),
+        "--encoder-ffn-embed-dim", str(settings.ffn_dim),
+        "--decoder-ffn-embed-dim", str(settings.ffn_dim),
+        "--encoder-attention-heads", str(settings.heads),
+        "--decoder-attention-heads", str(settings.heads),
+        "--encoder-layers", str(settings.layers),
+        "--decoder-layers", str(settings.layers),
+        "--max-source-positions", str(settings.max_positions),
+        "--max-target-positions", str(settings.max_positions),
+        "--dropout", "0.1",
+    ]
+
+
+def _dictionary(size: int):
+    from fairseq.data import Dictionary
+
+    dictionary = Dictionary()
+    for i in range(size - dictionary.nspecial):
+        dictionary.add_symbol(f"w{i}")
+    return dictionary
+
+
+def build_model(row: BenchRow, settings, dictionary):
+    """Build ``row``'s model through fairseq's own argument parsing."""
+    from fairseq import options
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    import fairseq_posattn  # noqa: F401  (registers the archs)
+
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(
+        parser,
+        ["unused-data-dir", "--task", "translation", "--arch", row.arch]
+        + _size_flags(settings)
+        + row.flags,
+    )
+    task = types.SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
+    return ARCH_MODEL_REGISTRY[args.arch].build_model(args, task)
+
+
+def make_batch(settings, dictionary, device):
+    """Left-padded sources of lengths in [T/2, T], targets of length T."""
+    g = torch.Generator().manual_seed(settings.seed)
+    B, T = settings.batch, settings.length
+    src = torch.randint(dictionary.nspecial, len(dictionary), (B, T), generator=g)
+    lengths = torch.randint(T // 2, T + 1, (B,), generator=g)
+    lengths[0] = T
+    for b in range(B):
+        src[b, : T - lengths[b]] = dictionary.pad()
+        src[b, -1] = dictionary.eos()
+    tgt = torch.randint(dictionary.nspecial, len(dictionary), (B, T), generator=g)
+    prev = torch.cat([torch.full((B, 1), dictionary.eos()), tgt[:, :-1]], dim=1)
+    return tuple(t.to(device) for t in (src, lengths, prev, tgt))
+
+
+class Runner:
+    """One model, its optimizer and batch; ``train_step`` and ``infer_step``."""
+
+    def __init__(self, row: BenchRow, settings, dictionary, device):
+        torch.manual_seed(settings.seed)
+        self.model = build_model(row, settings, dictionary).to(device)
+        if settings.fp16:
+            self.model = self.model.half()
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-4)
+        self.src, self.lengths, self.prev, self.tgt = make_batch(settings, dictionary, device)
+        self.device = device
+
+    def _sync(self):
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+
+    def train_step(self) -> float:
+        self.model.train()
+        start = time.perf_counter()
+        logits = self.model(self.src, self.lengths, self.prev)[0]
+        loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), self.tgt.view(-1))
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self._sync()
+        return time.perf_counter() - start
+
+    @torch.no_grad()
+    def infer_step(self) -> float:
+        self.model.eval()
+        start = time.perf_counter()
+        self.model(self.src, self.lengths, self.prev)
+        self._sync()
+        return time.perf_counter() - start
+
+
+def _proc_status_bytes(key: str) -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(key):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"{key} not in /proc/self/status")
+
+
+def _tensor_bytes(runner: "Runner") -> int:
+    """Parameters and optimizer state: what lives between updates."""
+    total = sum(p.numel() * p.element_size() for p in runner.model.parameters())
+    for state in runner.optimizer.state.values():
+        total += sum(v.numel() * v.element_size() for v in state.values() if torch.is_tensor(v))
+    return total
+
+
+def _cpu_peak_memory(row: BenchRow, settings) -> float:
+    """In a fresh process: parameters + optimizer state + the resident-set
+    peak of one update above what the process held just before it."""
+    torch.set_num_threads(settings.threads)
+    libc = ctypes.CDLL("libc.so.6")
+    runner = Runner(row, settings, _dictionary(settings.vocab), torch.device("cpu"))
+    runner.train_step()  # optimizer state and runtime caches now exist
+    gc.collect()
+    libc.malloc_trim(0)
+    before = _proc_status_bytes("VmRSS:")
+    with open("/proc/self/clear_refs", "w") as clear:
+        clear.write("5")  # reset the peak resident set (VmHWM)
+    runner.train_step()
+    return (_tensor_bytes(runner) + _proc_status_bytes("VmHWM:") - before) / 2**20
+
+
+def measure_memory(rows: List[BenchRow], settings, device) -> Dict[str, float]:
+    if device.type == "cuda":
+        peaks = {}
+        dictionary = _dictionary(settings.vocab)
+        for row in rows:
+            runner = Runner(row, settings, dictionary, device)
+            runner.train_step()
+            torch.cuda.reset_peak_memory_stats(device)
+            runner.train_step()
+            peaks[row.label] = torch.cuda.max_memory_allocated(device) / 2**20
+            del runner
+            torch.cuda.empty_cache()
+        return peaks
+    if not os.path.exists("/proc/self/clear_refs"):
+        return {}
+    os.environ["MALLOC_MMAP_THRESHOLD_"] = "65536"
+    context = multiprocessing.get_context("spawn")
+    peaks = {}
+    for row in rows:
+        with context.Pool(1) as pool:
+            peaks[row.label] = pool.apply(_cpu_peak_memory, (row, settings))
+    return peaks
+
+
+def measure_time(rows: List[BenchRow], settings, device):
+    dictionary = _dictionary(settings.vocab)
+    runners = {row.label: Runner(row, settings, dictionary, device) for row in rows}
+    for runner in runners.values():  # warm-up
+        runner.train_step()
+        runner.infer_step()
+    train = {label: [] for label in runners}
+    infer = {label: [] for label in runners}
+    for _ in range(settings.repeats):
+        for label, runner in runners.items():
+            train[label].append(runner.train_step())
+            infer[label].append(runner.infer_step())
+    params = {
+        label: sum(p.numel() for p in runner.model.parameters())
+        for label, runner in runners.items()
+    }
+    return (
+        {label: statistics.median(v) for label, v in train.items()},
+        {label: statistics.median(v) for label, v in infer.items()},
+        params,
+    )
+
+
+def run(settings) -> dict:
+    device = torch.device(settings.device)
+    torch.set_num_threads(settings.threads)
+    wanted = settings.rows.split(",") if settings.rows else [row.label for row in ROWS]
+    unknown = set(wanted) - {row.label for row in ROWS}
+    if unknown:
+        raise SystemExit(f"unknown --rows {sorted(unknown)}; choose from {[r.label for r in ROWS]}")
+    rows = [row for row in ROWS if row.label == "stock" or row.label in wanted]
+    train, infer, params = measure_time(rows, settings, device)
+    peaks = measure_memory(rows, settings, device) if settings.memory else {}
+
+    results = []
+    for row in rows:
+        entry = {
+            **asdict(row),
+            "params": params[row.label],
+            "train_ms": 1000 * train[row.label],
+            "train_ratio": train[row.label] / train["stock"],
+            "infer_ms": 1000 * infer[row.label],
+            "infer_ratio": infer[row.label] / infer["stock"],
+        }
+        if row.label in peaks:
+            entry["peak_mb"] = peaks[row.label]
+            entry["peak_ratio"] = peaks[row.label] / peaks["stock"]
+        results.append(entry)
+    return {
+        "settings": vars(settings),
+        "torch": torch.__version__,
+        "device": str(device),
+        "threads": torch.get_num_threads(),
+        "rows": results,
+    }
+
+
+def format_table(report: dict) -> str:
+    header = f"{'row':<12} {'params':>11} {'train ms':>9} {'x stock':>8} {'infer ms':>9} {'x stock':>8} {'peak MB':>8} {'x stock':>8}"
+    lines = [header, "-" * len(header)]
+    for r in report["rows"]:
+        peak = f"{r['peak_mb']:8.0f} {r['peak_ratio']:8.2f}" if "peak_mb" in r else f"{'-':>8} {'-':>8}"
+        lines.append(
+            f"{r['label']:<12} {r['params']:>11,} {r['train_ms']:9.1f} {r['train_ratio']:8.2f} "
+            f"{r['infer_ms']:9.1f} {r['infer_ratio']:8.2f} {peak}"
+        )
+    return "\n".join(lines)
+
+
+def get_parser():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", default="", help="comma-separated row labels (default: all); stock always runs")
+    parser.add_argument("--batch", type=int, default=32, help="sentences per batch (B)")
+    parser.add_argument("--length", type=int, default=64, help="source/target length (T)")
+    parser.add_argument("--embed-dim", type=int, default=512)
+    parser.add_argument("--ffn-dim", type=int, default=2048)
+    parser.add_argument("--heads", type=int, default=8)
+    parser.add_argument("--layers", type=int, default=3, help="encoder and decoder layers each")
+    parser.add_argument("--vocab", type=int, default=8000)
+    parser.add_argument("--max-positions", type=int, default=256,
+                        help="--max-source-positions; at most the P/R/conv1d table size t (256)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed updates per row")
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--fp16", action="store_true", help="model in half precision (CUDA)")
+    parser.add_argument("--no-memory", dest="memory", action="store_false",
+                        help="skip the peak-memory measurement")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--json", default="", help="also write the report here")
+    return parser
+
+
+def cli_main(argv=None):
+    settings = get_parser().parse_args(argv)
+    report = run(settings)
+    print(
+        f"B={settings.batch} T={settings.length} d={settings.embed_dim} ffn={settings.ffn_dim} "
+        f"heads={settings.heads} layers={settings.layers}+{settings.layers} vocab={settings.vocab} "
+        f"device={report['device']} threads={report['threads']} torch={report['torch']}"
+    )
+    print(format_table(report))
+    if settings.json:
+        with open(settings.json, "w") as out:
+            json.dump(report, out, indent=2)
+        print(f"wrote {settings.json}", file=sys.stderr)
+    return report
+
+
+if __name__ == "__main__":
+    cli_main()

@@ -1,0 +1,42 @@
+"""The benchmark harness runs end to end on a tiny size and reports ratios
+against the stock transformer measured in the same run (no timing asserted)."""
+
+import json
+
+import pytest
+
+from fairseq_posattn import bench
+
+TINY = ["--batch", "3", "--length", "9", "--embed-dim", "16", "--ffn-dim", "16", "--heads", "2",
+        "--layers", "1", "--vocab", "40", "--repeats", "1"]
+
+
+def test_every_row_builds_and_runs():
+    report = bench.run(bench.get_parser().parse_args(TINY + ["--no-memory"]))
+    labels = [row["label"] for row in report["rows"]]
+    assert labels == [row.label for row in bench.ROWS]
+    stock = report["rows"][0]
+    assert stock["train_ratio"] == 1.0 and stock["infer_ratio"] == 1.0
+    by_label = {row["label"]: row for row in report["rows"]}
+    # P adds heads * t * t parameters (t = 256 by default) in the first encoder layer only
+    assert by_label["P"]["params"] - by_label["posattn-off"]["params"] == 2 * 256 * 256
+    assert by_label["posattn-off"]["params"] == stock["params"]
+    for row in report["rows"]:
+        assert row["train_ms"] > 0 and row["infer_ms"] > 0
+
+
+def test_memory_and_json_output(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    bench.cli_main(TINY + ["--rows", "conv2d", "--json", str(out)])
+    printed = capsys.readouterr().out
+    assert "conv2d" in printed and "x stock" in printed
+    report = json.loads(out.read_text())
+    assert [row["label"] for row in report["rows"]] == ["stock", "conv2d"]
+    for row in report["rows"]:
+        assert row["peak_mb"] > 0
+    assert report["rows"][0]["peak_ratio"] == 1.0
+
+
+def test_unknown_row_is_refused():
+    with pytest.raises(SystemExit, match="unknown --rows"):
+        bench.run(bench.get_parser().parse_args(TINY + ["--rows", "nonsense"]))
