@@ -1,0 +1,1 @@
+"""Data utilities: toy corpus generator and (later) structure datasets."""

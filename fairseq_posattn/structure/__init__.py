@@ -1,0 +1,1 @@
+"""Pure dependency-tree logic (depths, relative structural positions)."""

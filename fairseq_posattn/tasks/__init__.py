@@ -1,0 +1,1 @@
+"""fairseq tasks of the plugin; importing this package registers them with fairseq."""

@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Create (or bring up to date) the virtual environment for fairseq_posattn.
+#
+#   bash scripts/setup_env.sh
+#
+# Environment variables:
+#   VENV        where the virtual environment lives      (default: <repo>/.venv)
+#   PYTHON      interpreter used to create it            (default: python3)
+#   TORCH_SPEC  pip requirement(s) for torch             (default: torch==2.13.0)
+#               GPU users: e.g. TORCH_SPEC="torch==2.4.1" \
+#                   PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cu121
+#   FORCE=1     redo every step even if the stamp says the venv is current
+#
+# Order of installation, and why:
+#   1. torch (TORCH_SPEC), numpy, cython
+#   2. fairseq-fixed==0.12.3.1 (Python >= 3.11) or fairseq==0.12.2 (Python < 3.11)
+#      with --no-build-isolation: both sdists declare torch as a *build*
+#      requirement, so an isolated build would download and install a second
+#      torch into a throw-away environment (minutes, gigabytes for CUDA).
+#      Without isolation the C extensions build against the torch from step 1.
+#   3. this package, editable, with its test extras. torch and fairseq are
+#      already satisfied, so pip keeps them as they are.
+#
+# A stamp file in the venv records a hash of setup.py, this script, TORCH_SPEC,
+# the interpreter version and the repository path; when it matches, the script
+# does nothing (a second or so).
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${VENV:-$REPO/.venv}"
+case "$VENV" in /*) ;; *) VENV="$PWD/$VENV" ;; esac
+PYTHON="${PYTHON:-python3}"
+TORCH_SPEC="${TORCH_SPEC:-torch==2.13.0}"
+STAMP="$VENV/.fairseq_posattn_setup.stamp"
+
+say() { echo "[setup_env] $*" >&2; }
+die() { echo "[setup_env] ERROR: $*" >&2; exit 1; }
+trap 'echo "[setup_env] ERROR: command failed (exit $?) at line $LINENO: $BASH_COMMAND" >&2' ERR
+
+sha256_of_stdin() {
+    if command -v sha256sum >/dev/null 2>&1; then
+        sha256sum | cut -d' ' -f1
+    elif command -v shasum >/dev/null 2>&1; then
+        shasum -a 256 | cut -d' ' -f1
+    else
+        "$PYTHON" -c 'import hashlib,sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())'
+    fi
+}
+
+command -v "$PYTHON" >/dev/null 2>&1 || die "interpreter '$PYTHON' not found (set PYTHON=...)"
+PYVER="$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+"$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 8) else 1)' \
+    || die "Python >= 3.8 required, '$PYTHON' is $PYVER"
+
+WANT="$({
+    cat "$REPO/setup.py" "$REPO/scripts/setup_env.sh"
+    echo "TORCH_SPEC=$TORCH_SPEC"
+    echo "PYTHON=$PYVER"
+    echo "REPO=$REPO"
+} | sha256_of_stdin)"
+
+if [[ "${FORCE:-0}" != 1 && -x "$VENV/bin/python" && -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" ]]; then
+    say "environment $VENV is up to date (stamp matches); nothing to do"
+    exit 0
+fi
+
+if [[ ! -x "$VENV/bin/python" ]]; then
+    say "creating virtual environment $VENV with $PYTHON (Python $PYVER)"
+    "$PYTHON" -m venv "$VENV" \
+        || die "could not create $VENV (on Debian/Ubuntu: apt-get install python3-venv)"
+else
+    say "reusing virtual environment $VENV"
+fi
+rm -f "$STAMP"
+
+PIP=("$VENV/bin/python" -m pip)
+VPYVER="$("$VENV/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+[[ "$VPYVER" == "$PYVER" ]] || die "$VENV has Python $VPYVER but PYTHON is $PYVER; remove $VENV or set VENV"
+
+if "$VENV/bin/python" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)'; then
+    FAIRSEQ_SPEC="fairseq-fixed==0.12.3.1"
+    PIP_SPEC="pip"
+else
+    FAIRSEQ_SPEC="fairseq==0.12.2"
+    # fairseq 0.12.2 pins omegaconf<2.1, whose metadata pip >= 24.1 rejects.
+    PIP_SPEC="pip<24.1"
+fi
+
+say "step 1/4: upgrading $PIP_SPEC, setuptools, wheel"
+"${PIP[@]}" install --upgrade "$PIP_SPEC" setuptools wheel
+
+read -r -a TORCH_REQS <<<"$TORCH_SPEC"
+say "step 2/4: installing ${TORCH_REQS[*]} numpy cython"
+"${PIP[@]}" install "${TORCH_REQS[@]}" numpy cython
+
+say "step 3/4: installing $FAIRSEQ_SPEC (--no-build-isolation: builds against the torch above)"
+if "$VENV/bin/python" -m pip show -q "${FAIRSEQ_SPEC%%==*}" >/dev/null 2>&1 \
+    && [[ "$("$VENV/bin/python" -m pip show "${FAIRSEQ_SPEC%%==*}" | sed -n 's/^Version: //p')" == "${FAIRSEQ_SPEC##*==}" ]]; then
+    say "  $FAIRSEQ_SPEC already installed"
+else
+    # --no-cache-dir: a wheel cached by pip from an earlier build may have been
+    # compiled against another torch/numpy.
+    "${PIP[@]}" install --no-build-isolation --no-cache-dir "$FAIRSEQ_SPEC"
+fi
+
+say "step 4/4: installing fairseq_posattn (editable, with test extras) from $REPO"
+TORCH_BEFORE="$("$VENV/bin/python" -m pip show torch | sed -n 's/^Version: //p')"
+"${PIP[@]}" install --no-build-isolation -e "$REPO[test]"
+TORCH_AFTER="$("$VENV/bin/python" -m pip show torch | sed -n 's/^Version: //p')"
+[[ "$TORCH_BEFORE" == "$TORCH_AFTER" ]] \
+    || die "installing the package changed torch from $TORCH_BEFORE to $TORCH_AFTER"
+
+say "checking that fairseq imports"
+"$VENV/bin/python" -c 'import torch, fairseq; print("[setup_env] torch", torch.__version__, "fairseq", fairseq.__version__)' \
+    || die "fairseq does not import in $VENV"
+
+echo "$WANT" >"$STAMP"
+say "done: $VENV (activate with: source $VENV/bin/activate)"

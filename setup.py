@@ -1,0 +1,47 @@
+"""Packaging for the fairseq_posattn plugin.
+
+Install order matters for fairseq (see scripts/setup_env.sh): torch, numpy and
+cython first, then fairseq / fairseq-fixed with ``--no-build-isolation`` (its
+sdist declares torch as a build requirement, so an isolated build would fetch
+a second torch), then this package.  ``bash scripts/setup_env.sh`` does all
+of that.
+"""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="fairseq_posattn",
+    version="0.1.0",
+    description=(
+        "fairseq plugin for position- and structure-aware Transformer encoders "
+        "(ON-LSTM+SAN, structural positions, direct position interactions, "
+        "convolved attention, relative position scores)"
+    ),
+    packages=find_packages(include=["fairseq_posattn", "fairseq_posattn.*"]),
+    python_requires=">=3.8",
+    install_requires=[
+        # fairseq 0.12.2 does not import on Python >= 3.11; the fairseq-fixed
+        # fork imports as `fairseq` there.
+        'fairseq==0.12.2; python_version < "3.11"',
+        'fairseq-fixed==0.12.3.1; python_version >= "3.11"',
+        # A range, so that an already installed torch (CPU or CUDA build) is kept.
+        "torch>=1.13",
+        "numpy",
+        "sentencepiece",
+        "subword-nmt",
+        "stanza",
+        "sacrebleu>=2.0",
+        "conllu",
+        "tqdm",
+        "matplotlib",
+    ],
+    extras_require={
+        "test": ["pytest", "hypothesis", "pytest-xdist"],
+    },
+    entry_points={
+        "console_scripts": [
+            "fairseq-posattn-bench = fairseq_posattn.bench:cli_main",
+            "fairseq-posattn-toy-corpus = fairseq_posattn.data.toy_corpus:cli_main",
+        ],
+    },
+)

@@ -1,0 +1,124 @@
+"""Shared helpers for the test suite: running fairseq CLIs, toy data fixtures."""
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, Optional, Sequence
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+USER_DIR = REPO / "fairseq_posattn"
+BIN_DIR = Path(sys.executable).parent
+
+# A tiny transformer: every CLI run of it takes a few seconds on one CPU core.
+TINY_MODEL_ARGS = [
+    "--encoder-layers", "1", "--decoder-layers", "1",
+    "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
+    "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
+    "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
+]
+# --required-batch-size-multiple stays at fairseq's default (8): the plugin keeps
+# the last batch that fairseq-fixed would drop, and the tests count every sentence.
+COMMON_ARGS = ["--cpu", "--num-workers", "0"]
+
+TOY_SIZES = {"train": 60, "valid": 10, "test": 10}
+
+
+def cli(name: str) -> str:
+    """Path of a console script of the running environment (fairseq-train, ...)."""
+    path = BIN_DIR / name
+    if path.exists():
+        return str(path)
+    found = shutil.which(name)
+    if found is None:
+        pytest.fail("console script %s not found next to %s or on PATH" % (name, sys.executable))
+    return found
+
+
+def subprocess_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    env = dict(os.environ)
+    # tiny models: one thread is faster and keeps parallel test workers apart
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("MKL_NUM_THREADS", "1")
+    env["PYTHONUNBUFFERED"] = "1"
+    if extra:
+        env.update(extra)
+    return env
+
+
+def _tail(text: str, n: int = 4000) -> str:
+    return text if len(text) <= n else "...\n" + text[-n:]
+
+
+def run(args: Sequence[str], *, input: Optional[str] = None, check: bool = True,
+        timeout: float = 300, cwd=None, env: Optional[Dict[str, str]] = None
+        ) -> subprocess.CompletedProcess:
+    """Run a command; on an unexpected exit code fail with its output."""
+    proc = subprocess.run(
+        [str(a) for a in args], input=input, capture_output=True, text=True,
+        timeout=timeout, cwd=cwd, env=subprocess_env(env),
+    )
+    if check and proc.returncode != 0:
+        pytest.fail(
+            "command failed with exit code %d: %s\n--- stdout ---\n%s\n--- stderr ---\n%s"
+            % (proc.returncode, " ".join(map(str, args)), _tail(proc.stdout), _tail(proc.stderr))
+        )
+    return proc
+
+
+def run_cli(name: str, *args, **kwargs) -> subprocess.CompletedProcess:
+    """Run a fairseq console script, e.g. ``run_cli("fairseq-train", data, ...)``."""
+    return run([cli(name), *args], **kwargs)
+
+
+def run_python(code: str, *args, **kwargs) -> subprocess.CompletedProcess:
+    """Run ``code`` with ``args`` in a fresh interpreter (fresh sys.modules and
+    torch state)."""
+    return run([sys.executable, "-c", code, *args], **kwargs)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def train_tiny(data_bin: Path, save_dir: Path, arch: str = "transformer", extra=(),
+               max_update: int = 4, **kwargs) -> subprocess.CompletedProcess:
+    """fairseq-train a tiny model for a few updates with the plugin loaded."""
+    return run_cli(
+        "fairseq-train", data_bin, "--user-dir", USER_DIR,
+        "--task", "translation", "--arch", arch, *TINY_MODEL_ARGS,
+        "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "1000",
+        "--max-update", str(max_update), "--seed", "1",
+        "--save-dir", save_dir, "--no-progress-bar", *COMMON_ARGS, *extra,
+        **kwargs,
+    )
+
+
+@pytest.fixture(scope="session")
+def toy_raw(tmp_path_factory) -> Path:
+    """Toy corpus (60/10/10 sentences) as plain text + CoNLL-U."""
+    from fairseq_posattn.data.toy_corpus import write_corpus
+
+    out = tmp_path_factory.mktemp("toy-raw")
+    write_corpus(str(out), seed=1, **TOY_SIZES)
+    return out
+
+
+@pytest.fixture(scope="session")
+def toy_data_bin(toy_raw, tmp_path_factory) -> Path:
+    """The toy corpus binarized by fairseq-preprocess (joined dictionary)."""
+    out = tmp_path_factory.mktemp("toy-bin")
+    run_cli(
+        "fairseq-preprocess", "--source-lang", "en", "--target-lang", "de",
+        "--trainpref", toy_raw / "train", "--validpref", toy_raw / "valid",
+        "--testpref", toy_raw / "test", "--destdir", out,
+        "--joined-dictionary", "--workers", "1",
+    )
+    assert (out / "dict.en.txt").exists() and (out / "test.en-de.en.bin").exists()
+    return out

@@ -1,0 +1,73 @@
+"""End to end through fairseq's command-line tools with the plugin loaded.
+
+For every architecture in ARCHS: fairseq-train (a tiny model, a few updates),
+fairseq-generate on the test split and fairseq-interactive on raw input, each
+as a subprocess with ``--user-dir``.
+"""
+
+import re
+
+import pytest
+import torch
+
+from conftest import (COMMON_ARGS, TOY_SIZES, USER_DIR, run_cli, train_tiny)
+
+from fairseq_posattn.models.transformer_posattn import DUFTER_ROWS
+
+# (arch, extra fairseq-train arguments): fairseq's own transformer, every
+# plugin arch, and the relative-position options that no named arch selects.
+TABLE_BOUND = ("--max-source-positions", "256")
+RUNS = {
+    "transformer": ("transformer", ()),
+    "transformer_posattn": ("transformer_posattn", TABLE_BOUND),
+    **{arch: (arch, TABLE_BOUND) for arch in DUFTER_ROWS},
+    "shaw+bilan+conv2d+temp": (
+        "transformer_posattn",
+        TABLE_BOUND + ("--relative-positions", "--max-relative-position", "4",
+                       "--query-relative-positions", "--convolved-attention", "2d",
+                       "--learnable-temperature"),
+    ),
+    "pe-concat": ("transformer_posattn", ("--encoder-position-embedding", "concat")),
+}
+
+RAW_INPUT = "the dog sleeps .\nthe old teacher reads a book because the cat laughs .\n"
+
+
+def hypothesis_ids(stdout: str):
+    return sorted(int(m.group(1)) for m in re.finditer(r"^H-(\d+)\t", stdout, re.M))
+
+
+@pytest.mark.parametrize("run", sorted(RUNS))
+def test_train_generate_interactive(run, toy_data_bin, tmp_path):
+    arch, extra = RUNS[run]
+    save_dir = tmp_path / "ckpt"
+    train = train_tiny(toy_data_bin, save_dir, arch=arch, max_update=4, extra=extra)
+    ckpt = save_dir / "checkpoint_last.pt"
+    assert ckpt.exists() and (save_dir / "checkpoint_best.pt").exists()
+    assert re.search(r"num_updates 4\b", train.stderr + train.stdout)
+
+    # everything the checkpoint pickles is on the plugin's allow-list
+    if hasattr(torch.serialization, "get_unsafe_globals_in_checkpoint"):
+        from fairseq_posattn.checkpoint_safety import fairseq_checkpoint_globals
+
+        allowed = {name for _, name in fairseq_checkpoint_globals()}
+        unsafe = set(torch.serialization.get_unsafe_globals_in_checkpoint(str(ckpt)))
+        assert unsafe <= allowed, unsafe - allowed
+
+    gen = run_cli(
+        "fairseq-generate", toy_data_bin, "--user-dir", USER_DIR,
+        "--path", ckpt, "--gen-subset", "test", "--beam", "2", "--max-len-b", "10",
+        "--batch-size", "4", *COMMON_ARGS,
+    )
+    assert hypothesis_ids(gen.stdout) == list(range(TOY_SIZES["test"]))
+    assert "BLEU" in gen.stdout
+
+    inter = run_cli(
+        "fairseq-interactive", toy_data_bin, "--user-dir", USER_DIR,
+        "--path", ckpt, "--source-lang", "en", "--target-lang", "de",
+        "--beam", "2", "--max-len-b", "10", "--cpu",
+        input=RAW_INPUT,
+    )
+    assert hypothesis_ids(inter.stdout) == [0, 1]
+    sources = re.findall(r"^S-\d+\t(.*)$", inter.stdout, re.M)
+    assert sources == RAW_INPUT.splitlines()

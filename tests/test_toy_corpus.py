@@ -1,0 +1,156 @@
+"""Tests of the synthetic toy corpus (fairseq_posattn.data.toy_corpus)."""
+
+import collections
+
+import conllu
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fairseq_posattn.data import toy_corpus as tc
+
+
+def check_tree(heads):
+    """Assert that 1-based ``heads`` form one tree rooted at a 0 head."""
+    n = len(heads)
+    assert all(0 <= h <= n for h in heads), heads
+    assert all(h != i for i, h in enumerate(heads, start=1)), heads
+    roots = [i for i, h in enumerate(heads, start=1) if h == 0]
+    assert len(roots) == 1, heads
+    for i in range(1, n + 1):  # every word reaches the root without a cycle
+        seen = set()
+        node = i
+        while node != 0:
+            assert node not in seen, "cycle through %d in %s" % (node, heads)
+            seen.add(node)
+            node = heads[node - 1]
+    return roots[0]
+
+
+def test_deterministic_for_a_seed():
+    a = tc.generate_examples(80, seed=7)
+    b = tc.generate_examples(80, seed=7)
+    c = tc.generate_examples(80, seed=8)
+    assert a == b
+    assert a != c
+    assert tc.generate_splits({"train": 20, "test": 5}, seed=3) == \
+        tc.generate_splits({"train": 20, "test": 5}, seed=3)
+
+
+def test_unique_sentences_and_disjoint_splits():
+    splits = tc.generate_splits({"train": 300, "valid": 40, "test": 40}, seed=2)
+    assert {k: len(v) for k, v in splits.items()} == {"train": 300, "valid": 40, "test": 40}
+    sources = [ex.src for exs in splits.values() for ex in exs]
+    assert len(sources) == len(set(sources))
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(min_value=0, max_value=2**31 - 1))
+def test_trees_are_valid_and_ud_like(seed):
+    for ex in tc.generate_examples(15, seed=seed):
+        n = len(ex.src)
+        assert n == len(ex.heads) == len(ex.deprels) == len(ex.upos) == len(ex.lemmas)
+        root = check_tree(ex.heads)
+        assert ex.deprels[root - 1] == "root"
+        assert ex.upos[root - 1] == "VERB"
+        assert ex.src[-1] == "." and ex.heads[-1] == root
+        for i in range(n):
+            head_upos = ex.upos[ex.heads[i] - 1] if ex.heads[i] else None
+            if ex.deprels[i] in ("det", "amod", "case"):
+                assert head_upos == "NOUN", (ex.src, i)
+            if ex.deprels[i] in ("nsubj", "obj", "obl"):
+                assert head_upos == "VERB", (ex.src, i)
+            if ex.deprels[i] in ("aux", "mark"):
+                assert head_upos == "VERB" and ex.heads[i] > i + 1, (ex.src, i)
+            if ex.deprels[i] == "case":  # prepositions precede their noun
+                assert ex.heads[i] > i + 1
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(min_value=0, max_value=2**31 - 1))
+def test_translation_is_word_for_word_up_to_order(seed):
+    """Every source word has exactly one target word (commas are added)."""
+    for ex in tc.generate_examples(15, seed=seed):
+        src_words = [w for w in ex.src if w not in (",", ".")]
+        tgt_words = [w for w in ex.tgt if w not in (",", ".")]
+        assert len(src_words) == len(tgt_words), (ex.src, ex.tgt)
+        assert ex.tgt[-1] == "."
+        # nouns are translated by the lexicon, one for one
+        src_nouns = collections.Counter(
+            tc._NOUNS[w][0] for w, u in zip(ex.src, ex.upos) if u == "NOUN")
+        tgt_nouns = collections.Counter(w for w in ex.tgt if w[0].isupper())
+        assert src_nouns == tgt_nouns
+
+
+def test_reordering_depends_on_the_tree():
+    """Subordinate clauses are verb-final; a fronted one inverts the main clause."""
+    finite = {v.de_3sg for v in tc._VERBS} | {"hat", "ist"}
+    sconj = set(tc._SUBORDINATORS.values())
+    checked = fronted = 0
+    for ex in tc.generate_examples(400, seed=11):
+        if "mark" not in ex.deprels:
+            continue
+        start = next(i for i, w in enumerate(ex.tgt) if w in sconj)
+        end = next(i for i in range(start, len(ex.tgt)) if ex.tgt[i] in (",", "."))
+        clause = ex.tgt[start:end]
+        assert clause[-1] in finite, ex.tgt
+        checked += 1
+        if start == 0:  # fronted: "weil ... , <finite verb> <subject> ..."
+            fronted += 1
+            assert ex.tgt[end] == "," and ex.tgt[end + 1] in finite, ex.tgt
+    assert checked > 50 and fronted > 10
+
+
+def test_english_article_agrees_with_next_word():
+    for ex in tc.generate_examples(300, seed=5):
+        for i, w in enumerate(ex.src[:-1]):
+            if w in ("a", "an"):
+                assert (w == "an") == (ex.src[i + 1][0] in "aeiou"), ex.src
+
+
+def test_detokenize():
+    assert tc.detokenize(["weil", "er", "schlaeft", ",", "lacht", "sie", "."]) == \
+        "weil er schlaeft, lacht sie."
+    assert tc.detokenize([]) == ""
+
+
+def test_written_files_and_conllu_round_trip(tmp_path):
+    paths = tc.write_corpus(str(tmp_path), train=25, valid=4, test=6, seed=9,
+                            src_lang="en", tgt_lang="de")
+    splits = tc.generate_splits({"train": 25, "valid": 4, "test": 6}, seed=9)
+    for split, size in (("train", 25), ("valid", 4), ("test", 6)):
+        src_lines = (tmp_path / ("%s.en" % split)).read_text(encoding="utf-8").splitlines()
+        tgt_lines = (tmp_path / ("%s.de" % split)).read_text(encoding="utf-8").splitlines()
+        assert len(src_lines) == len(tgt_lines) == size
+        assert paths[split]["conllu"] == str(tmp_path / ("%s.en.conllu" % split))
+        text = (tmp_path / ("%s.en.conllu" % split)).read_text(encoding="utf-8")
+        assert text.endswith("\n\n")
+        sentences = conllu.parse(text)
+        assert len(sentences) == size
+        for line, tgt, sent, ex in zip(src_lines, tgt_lines, sentences, splits[split]):
+            assert line == " ".join(ex.src) and tgt == " ".join(ex.tgt)
+            assert sent.metadata["text"] == line
+            assert [t["form"] for t in sent] == line.split()
+            assert len(sent) == len(line.split())
+            assert [t["head"] for t in sent] == list(ex.heads)
+            assert [t["deprel"] for t in sent] == list(ex.deprels)
+            assert [t["upos"] for t in sent] == list(ex.upos)
+            assert all(t["xpos"] is None and t["feats"] is None for t in sent)
+            tree = sent.to_tree()  # conllu builds the tree from the heads
+            assert tree.token["deprel"] == "root"
+        for raw in text.strip("\n").split("\n\n"):
+            for row in raw.splitlines():
+                if not row.startswith("#"):
+                    assert len(row.split("\t")) == 10
+
+
+def test_cli(tmp_path, capsys):
+    tc.cli_main(["--out", str(tmp_path / "c"), "--train", "7", "--valid", "2",
+                 "--test", "3", "--seed", "4", "--src-lang", "xx", "--tgt-lang", "yy"])
+    out = tmp_path / "c"
+    assert len((out / "train.xx").read_text().splitlines()) == 7
+    assert len((out / "valid.yy").read_text().splitlines()) == 2
+    assert len(conllu.parse((out / "test.xx.conllu").read_text())) == 3
+    assert "train: 7 sentences" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        tc.cli_main(["--out", str(tmp_path / "d"), "--train", "-1"])
