@@ -361,3 +361,44 @@ def test_module_in_half_precision_is_finite(name, dtype):
     assert torch.isfinite(out).all() and torch.isfinite(x.grad).all()
     for p in attn.parameters():
         assert torch.isfinite(p.grad).all()
+
+
+def test_shaw_terms_take_any_per_sentence_relative_positions():
+    """Shaw keys/values indexed by a given [B, T, T] tensor (e.g. tree distances),
+    against a loop over Eq. 3-4."""
+    from fairseq_posattn.modules.relative_positions import RelativeKeys, RelativeValues
+
+    torch.manual_seed(7)
+    T, B, clip = 5, 3, 2
+    attn = PositionAwareSelfAttention(
+        EMBED, HEADS,
+        score_terms=[RelativeKeys(HEAD_DIM, clip, positions="tree")],
+        value_terms=[RelativeValues(HEAD_DIM, clip, positions="tree")],
+    ).double().eval()
+    rel = torch.randint(-4, 5, (B, T, T))
+    x = torch.randn(T, B, EMBED, dtype=torch.float64)
+    lengths = [5, 3, 4]
+    out, _ = attn(x, key_padding_mask=right_padding_mask(lengths, T),
+                  context=AttentionContext(T, x.device, {"tree": rel}))
+    keys, values = attn.score_terms[0].embedding, attn.value_terms[0].embedding
+    for b, n in enumerate(lengths):
+        q = attn.q_proj(x[:n, b]).view(n, HEADS, HEAD_DIM)
+        k = attn.k_proj(x[:n, b]).view(n, HEADS, HEAD_DIM)
+        v = attn.v_proj(x[:n, b]).view(n, HEADS, HEAD_DIM)
+        z = torch.zeros(n, HEADS, HEAD_DIM, dtype=torch.float64)
+        for h in range(HEADS):
+            for i in range(n):
+                bucket = [max(-clip, min(clip, int(rel[b, i, j]))) + clip for j in range(n)]
+                e = torch.stack([q[i, h] @ (k[j, h] + keys[bucket[j]]) for j in range(n)])
+                p = torch.softmax(e / math.sqrt(HEAD_DIM), dim=0)
+                z[i, h] = sum(p[j] * (v[j, h] + values[bucket[j]]) for j in range(n))
+        expected = attn.out_proj(z.reshape(n, EMBED))
+        torch.testing.assert_close(out[:n, b], expected, atol=1e-10, rtol=1e-9)
+
+
+def test_missing_relative_positions_name_the_task():
+    from fairseq_posattn.modules.relative_positions import RelativeKeys
+
+    attn = PositionAwareSelfAttention(EMBED, HEADS, score_terms=[RelativeKeys(HEAD_DIM, 2, "tree")])
+    with pytest.raises(KeyError, match="no 'tree' relative positions"):
+        attn(torch.randn(3, 1, EMBED))

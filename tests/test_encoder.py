@@ -238,3 +238,24 @@ def test_clamp_makes_a_short_table_legal():
     model = PositionAwareTransformerModel.build_model(args, TASK)
     tokens = batch(sentences([9, 2]))
     assert torch.isfinite(model(tokens, torch.tensor([9, 2]), tokens)[0]).all()
+
+
+def test_activation_checkpointing_changes_nothing():
+    """fairseq's --checkpoint-activations wraps each layer; the context passes through."""
+    options_ = ENCODER_OPTIONS["everything"]
+    tokens = batch(sentences([7, 3, 5], seed=4))
+    results = []
+    for checkpointing in (False, True):
+        attention_cfg = PositionAttentionConfig(**options_)
+        width = 16 - attention_cfg.position_concat_dim(16)
+        torch.manual_seed(0)
+        encoder = PositionAwareEncoder(
+            small_config(checkpoint_activations=checkpointing), attention_cfg, VOCAB, embedding(width)
+        )
+        assert hasattr(encoder.layers[0], "precheckpoint_forward") == checkpointing
+        out = encoder(tokens)["encoder_out"][0]
+        (out * tokens.ne(VOCAB.pad()).t()[:, :, None]).sum().backward()
+        results.append((out.detach(), [p.grad.clone() for p in encoder.parameters()]))
+    torch.testing.assert_close(results[0][0], results[1][0])
+    for a, b in zip(results[0][1], results[1][1]):
+        torch.testing.assert_close(a, b)
