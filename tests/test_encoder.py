@@ -259,3 +259,114 @@ def test_activation_checkpointing_changes_nothing():
     torch.testing.assert_close(results[0][0], results[1][0])
     for a, b in zip(results[0][1], results[1][1]):
         torch.testing.assert_close(a, b)
+
+
+# --------------------------------------------------------------------------
+# structural positions (Wang et al. 2019)
+# --------------------------------------------------------------------------
+
+STRUCTURE_OPTIONS = {
+    "fuse+rel": dict(structural_position_embedding="fuse", structural_relative_positions=True,
+                     max_structural_relative_position=3),
+    "add": dict(structural_position_embedding="add"),
+    "no-sequential+abs": dict(structural_position_embedding="fuse", encoder_position_embedding="none"),
+    "rel-only+shaw": dict(structural_relative_positions=True, relative_positions=True,
+                          max_relative_position=2, encoder_position_embedding="none"),
+    "with-dufter": dict(structural_position_embedding="fuse", structural_relative_positions=True,
+                        position_interactions="PR", interaction_max_len=12, convolved_attention="2d"),
+}
+
+
+def tree_inputs(n, seed):
+    """Arbitrary depth [n] and key-minus-query structural positions [n, n] of one sentence."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 5, (n,), generator=g), torch.randint(-6, 7, (n, n), generator=g)
+
+
+def batch_tree_inputs(trees, tokens, left_pad=True):
+    B, T = tokens.shape
+    depths, rel = torch.zeros(B, T, dtype=torch.long), torch.zeros(B, T, T, dtype=torch.long)
+    for b, (d, r) in enumerate(trees):
+        n = len(d)
+        cols = slice(T - n, T) if left_pad else slice(0, n)
+        depths[b, cols], rel[b, cols, cols] = d, r
+    return dict(src_depths=depths, src_structural_positions=rel)
+
+
+@pytest.mark.parametrize("name", sorted(STRUCTURE_OPTIONS))
+def test_padding_never_changes_a_sentence_with_trees(name):
+    encoder = build_encoder(STRUCTURE_OPTIONS[name])
+    sents = sentences([6, 2, 5], seed=3)
+    trees = [tree_inputs(len(s), seed=i) for i, s in enumerate(sents)]
+    alone = []
+    for s, tree in zip(sents, trees):
+        tokens = batch([s])
+        alone.append(real_outputs(encoder(tokens, **batch_tree_inputs([tree], tokens)), tokens)[0])
+    for left_pad in (True, False):
+        tokens = batch(sents, left_pad=left_pad)
+        out = encoder(tokens, **batch_tree_inputs(trees, tokens, left_pad))
+        for got, want in zip(real_outputs(out, tokens), alone):
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_trees_change_the_encoding():
+    encoder = build_encoder(STRUCTURE_OPTIONS["fuse+rel"])
+    tokens = batch(sentences([6], seed=5))
+    first = encoder(tokens, **batch_tree_inputs([tree_inputs(6, seed=1)], tokens))
+    second = encoder(tokens, **batch_tree_inputs([tree_inputs(6, seed=2)], tokens))
+    assert not torch.allclose(first["encoder_out"][0], second["encoder_out"][0])
+
+
+def test_depth_embedding_is_the_sequential_sinusoid_at_that_position():
+    from fairseq.modules import PositionalEmbedding
+
+    from fairseq_posattn.modules.structural_positions import DepthEmbedding
+
+    sequential = PositionalEmbedding(20, 16, VOCAB.pad(), learned=False)
+    tokens = torch.full((1, 7), VOCAB.eos())
+    torch.testing.assert_close(
+        DepthEmbedding(16, 20, VOCAB.pad())(torch.arange(7)[None]), sequential(tokens)
+    )
+
+
+def test_additive_fusion_is_parameter_free_sum():
+    encoder = build_encoder(STRUCTURE_OPTIONS["add"])
+    assert encoder.position_fusion is None
+    tokens = batch(sentences([4], seed=6))
+    depths = torch.tensor([[0, 2, 1, 3]])
+    x, embed = encoder.forward_embedding(tokens, depths=depths)
+    expected = embed + encoder.embed_positions(tokens) + encoder.embed_depths(depths)
+    torch.testing.assert_close(x, expected)
+
+
+def test_structural_options_without_trees_name_the_task():
+    encoder = build_encoder(STRUCTURE_OPTIONS["add"])
+    with pytest.raises(ValueError, match="--task translation_struct"):
+        encoder(batch(sentences([3])))
+
+
+def test_structure_archs_build_the_papers_best_row():
+    args = parse("transformer_struct")
+    model = PositionAwareTransformerModel.build_model(args, TASK)
+    cfg = model.encoder.attention_cfg
+    assert (cfg.encoder_position_embedding, cfg.relative_positions, cfg.structural_position_embedding,
+            cfg.structural_relative_positions, cfg.max_structural_relative_position,
+            cfg.max_relative_position) == ("add", True, "fuse", True, 16, 16)
+    positions = [t.positions for t in model.encoder.layers[1].self_attn.score_terms]
+    assert positions == ["sequential", "structural"]
+    big = parse("transformer_struct_big")
+    for name in ("encoder_embed_dim", "encoder_attention_heads", "encoder_ffn_embed_dim", "encoder_layers"):
+        delattr(big, name)
+    from fairseq_posattn.models.transformer_posattn import transformer_struct_big
+
+    transformer_struct_big(big)
+    assert (big.encoder_embed_dim, big.encoder_attention_heads, big.dropout) == (1024, 16, 0.3)
+    assert big.structural_relative_positions and big.structural_position_embedding == "fuse"
+
+
+def test_model_forward_passes_trees_to_the_encoder():
+    model = PositionAwareTransformerModel.build_model(parse("transformer_struct"), TASK)
+    tokens = batch(sentences([5, 3]))
+    trees = batch_tree_inputs([tree_inputs(5, 0), tree_inputs(3, 1)], tokens)
+    out = model(tokens, torch.tensor([5, 3]), tokens, **trees)[0]
+    assert out.shape == (2, 5, len(VOCAB)) and torch.isfinite(out).all()

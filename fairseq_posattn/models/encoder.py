@@ -19,6 +19,7 @@ from torch import nn
 from ..modules.attention_config import PositionAttentionConfig
 from ..modules.attention_context import AttentionContext, gather_time, right_padding_order
 from ..modules.encoder_layer import PositionAwareEncoderLayer
+from ..modules.structural_positions import DepthEmbedding, PositionFusion
 
 
 class PositionAwareEncoder(FairseqEncoder):
@@ -55,6 +56,11 @@ class PositionAwareEncoder(FairseqEncoder):
         self.embed_tokens = embed_tokens
         self.embed_scale = 1.0 if cfg.no_scale_embedding else math.sqrt(embed_tokens.embedding_dim)
         self.embed_positions = self._build_positions(cfg, attention_cfg, self.padding_idx)
+        self.embed_depths = self.position_fusion = None
+        if attention_cfg.structural_position_embedding != "none":
+            self.embed_depths = DepthEmbedding(embed_dim, cfg.max_source_positions, self.padding_idx)
+            if attention_cfg.structural_position_embedding == "fuse" and self.embed_positions:
+                self.position_fusion = PositionFusion(embed_dim)
         self.layernorm_embedding = (
             LayerNorm(embed_dim, export=cfg.export) if cfg.layernorm_embedding else None
         )
@@ -99,12 +105,20 @@ class PositionAwareEncoder(FairseqEncoder):
             layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
         return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not checkpoint else 0)
 
-    def forward_embedding(self, src_tokens, token_embedding=None):
+    def forward_embedding(self, src_tokens, token_embedding=None, depths=None):
         if token_embedding is None:
             token_embedding = self.embed_tokens(src_tokens)
         x = embed = self.embed_scale * token_embedding
-        if self.embed_positions is not None:
-            positions = self.embed_positions(src_tokens)
+        positions = None if self.embed_positions is None else self.embed_positions(src_tokens)
+        if self.embed_depths is not None:
+            structural = self.embed_depths(depths)
+            if positions is None:
+                positions = structural
+            elif self.position_fusion is not None:
+                positions = self.position_fusion(positions, structural)
+            else:
+                positions = positions + structural
+        if positions is not None:
             if self.attention_cfg.encoder_position_embedding == "concat":
                 x = torch.cat([embed, positions.type_as(embed)], dim=-1)
             else:
@@ -122,22 +136,40 @@ class PositionAwareEncoder(FairseqEncoder):
         src_lengths=None,
         return_all_hiddens: bool = False,
         token_embeddings=None,
+        src_depths=None,
+        src_structural_positions=None,
     ):
-        """Same arguments and output dictionary as fairseq's ``TransformerEncoderBase``."""
+        """fairseq's ``TransformerEncoderBase`` arguments and output dictionary, plus
+        the tree inputs of ``translation_struct``: ``src_depths`` ``[B, T]`` and
+        ``src_structural_positions`` ``[B, T, T]`` (key minus query), laid out
+        like ``src_tokens``."""
+        if self.attention_cfg.uses_structure() and (
+            src_depths is None or src_structural_positions is None
+        ):
+            raise ValueError(
+                "the structural position options need the dependency trees of the "
+                "source: train and decode with --task translation_struct"
+            )
         padding_mask = src_tokens.eq(self.padding_idx)
         has_pads = bool(padding_mask.any())
         order = right_padding_order(padding_mask) if has_pads else None
         tokens, mask = src_tokens, padding_mask
+        depths, structural = src_depths, src_structural_positions
         if order is not None:
             tokens, mask = tokens.gather(1, order), mask.gather(1, order)
             if token_embeddings is not None:
                 token_embeddings = gather_time(token_embeddings, order, 1)
+            if depths is not None:
+                depths = depths.gather(1, order)
+            if structural is not None:
+                structural = gather_time(gather_time(structural, order, 1), order, 2)
 
-        x, encoder_embedding = self.forward_embedding(tokens, token_embeddings)
+        x, encoder_embedding = self.forward_embedding(tokens, token_embeddings, depths)
         if has_pads:
             x = x * (1 - mask.unsqueeze(-1).type_as(x))
         x = x.transpose(0, 1)
-        context = AttentionContext(x.size(0), x.device)
+        relative = {} if structural is None else {"structural": structural}
+        context = AttentionContext(x.size(0), x.device, relative)
 
         states = [x] if return_all_hiddens else []
         for layer in self.layers:

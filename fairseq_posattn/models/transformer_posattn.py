@@ -2,7 +2,8 @@
 
 The decoder is fairseq's stock decoder; every option is an encoder option
 (:class:`~fairseq_posattn.modules.attention_config.PositionAttentionConfig`).
-Named architectures give the rows of Dufter et al. (2020), Table 2.
+Named architectures give the rows of Dufter et al. (2020), Table 2, and the
+best row of Wang et al. (2019), Table 1 (``transformer_struct``).
 """
 
 from fairseq.dataclass.utils import gen_parser_from_dataclass
@@ -12,6 +13,7 @@ from fairseq.models.transformer import (
     TransformerConfig,
     TransformerModel,
     base_architecture,
+    transformer_vaswani_wmt_en_de_big,
 )
 
 from ..modules.attention_config import PositionAttentionConfig
@@ -51,12 +53,75 @@ class PositionAwareTransformerModel(TransformerModel):
             TransformerConfig.from_namespace(args), attention_cfg, src_dict, embed_tokens
         )
 
+    def forward(
+        self,
+        src_tokens,
+        src_lengths,
+        prev_output_tokens,
+        return_all_hiddens: bool = True,
+        features_only: bool = False,
+        alignment_layer=None,
+        alignment_heads=None,
+        **tree_inputs,
+    ):
+        """fairseq's forward, passing the tree inputs of ``translation_struct``
+        (``src_depths``, ``src_structural_positions``) on to the encoder."""
+        encoder_out = self.encoder(
+            src_tokens,
+            src_lengths=src_lengths,
+            return_all_hiddens=return_all_hiddens,
+            **tree_inputs,
+        )
+        return self.decoder(
+            prev_output_tokens,
+            encoder_out=encoder_out,
+            features_only=features_only,
+            alignment_layer=alignment_layer,
+            alignment_heads=alignment_heads,
+            src_lengths=src_lengths,
+            return_all_hiddens=return_all_hiddens,
+        )
+
 
 @register_model_architecture("transformer_posattn", "transformer_posattn")
 def transformer_posattn(args):
     """Base size (d=512, 8 heads, ffn 2048, 6+6 layers), every position option at its default."""
     PositionAttentionConfig.set_defaults(args)
     base_architecture(args)
+
+
+@register_model_architecture("transformer_posattn", "transformer_posattn_big")
+def transformer_posattn_big(args):
+    """Big size (d=1024, 16 heads, ffn 4096, dropout 0.3), every position option at its default."""
+    transformer_vaswani_wmt_en_de_big(args)
+    transformer_posattn(args)
+
+
+# Wang et al. (2019), Table 1 row 9 / Table 2 last row: sequential absolute and
+# relative positions, structural absolute (fused) and relative positions, r = 16.
+STRUCTURE_OPTIONS = dict(
+    relative_positions=True,
+    structural_position_embedding="fuse",
+    structural_relative_positions=True,
+)
+
+
+@register_model_architecture("transformer_posattn", "transformer_struct")
+def transformer_struct(args):
+    _set_unset(args, STRUCTURE_OPTIONS)
+    transformer_posattn(args)
+
+
+@register_model_architecture("transformer_posattn", "transformer_struct_big")
+def transformer_struct_big(args):
+    _set_unset(args, STRUCTURE_OPTIONS)
+    transformer_posattn_big(args)
+
+
+def _set_unset(args, options):
+    for name, value in options.items():
+        if getattr(args, name, None) is None:
+            setattr(args, name, value)
 
 
 # Dufter et al. (2020), Table 2: P, R and P+R replace the position embeddings;
@@ -73,9 +138,7 @@ DUFTER_ROWS = {
 
 def _paper_row(options):
     def architecture(args):
-        for name, value in options.items():
-            if getattr(args, name, None) is None:
-                setattr(args, name, value)
+        _set_unset(args, options)
         transformer_posattn(args)
 
     return architecture

@@ -17,6 +17,7 @@ INTERACTION_CHOICES = ChoiceEnum(["none", "P", "R", "PR"])
 INTERACTION_LAYER_CHOICES = ChoiceEnum(["first", "all"])
 OVERFLOW_CHOICES = ChoiceEnum(["error", "clamp"])
 CONVOLUTION_CHOICES = ChoiceEnum(["none", "1d", "2d"])
+STRUCTURAL_EMBEDDING_CHOICES = ChoiceEnum(["none", "fuse", "add"])
 
 
 @dataclass
@@ -87,7 +88,9 @@ class PositionAttentionConfig(FairseqDataclass):
     )
     no_relative_values: bool = field(
         default=False,
-        metadata={"help": "with --relative-positions, keys only (no a^V term)"},
+        metadata={
+            "help": "Shaw relative keys only, no a^V term (sequential and structural)"
+        },
     )
     query_relative_positions: bool = field(
         default=False,
@@ -102,6 +105,27 @@ class PositionAttentionConfig(FairseqDataclass):
             "help": "largest distance with its own m vector for "
             "--query-relative-positions (default: --interaction-max-len minus 1)"
         },
+    )
+
+    structural_position_embedding: STRUCTURAL_EMBEDDING_CHOICES = field(
+        default="none",
+        metadata={
+            "help": "Wang et al. 2019 absolute structural positions: the sinusoid of "
+            "each token's dependency-tree depth, fused with the sequential position "
+            "embedding by a learned tanh layer (fuse, Eq. 7) or added (add); needs "
+            "--task translation_struct"
+        },
+    )
+    structural_relative_positions: bool = field(
+        default=False,
+        metadata={
+            "help": "Wang et al. 2019 relative structural positions as Shaw relative "
+            "keys and values in every encoder layer; needs --task translation_struct"
+        },
+    )
+    max_structural_relative_position: int = field(
+        default=16,
+        metadata={"help": "clip distance r of --structural-relative-positions"},
     )
 
     def __post_init__(self):
@@ -121,6 +145,10 @@ class PositionAttentionConfig(FairseqDataclass):
         for f in _option_fields():
             if getattr(args, f.name, None) is None:
                 setattr(args, f.name, f.default)
+
+    def uses_structure(self) -> bool:
+        """True if the encoder needs the tree inputs of ``translation_struct``."""
+        return self.structural_position_embedding != "none" or self.structural_relative_positions
 
     def uses_position_tables(self) -> bool:
         return self.position_interactions != "none" or self.convolved_attention == "1d"
@@ -144,6 +172,11 @@ class PositionAttentionConfig(FairseqDataclass):
                     "--encoder-position-embedding concat narrows the source token "
                     "embeddings, so it cannot be combined with --share-all-embeddings"
                 )
+        if self.structural_position_embedding != "none" and self.encoder_position_embedding == "concat":
+            raise ValueError(
+                "--structural-position-embedding works with --encoder-position-embedding "
+                "add or none, not concat"
+            )
         if self.interaction_max_len < 1:
             raise ValueError("--interaction-max-len must be at least 1")
         if (
@@ -161,6 +194,7 @@ class PositionAttentionConfig(FairseqDataclass):
             )
         for flag, value in (
             ("--max-relative-position", self.max_relative_position),
+            ("--max-structural-relative-position", self.max_structural_relative_position),
             ("--query-relative-clip", self.relative_clip()),
         ):
             if value < 1:
@@ -188,10 +222,14 @@ class PositionAttentionConfig(FairseqDataclass):
                 score_terms.append(AbsolutePositionInteraction(num_heads, t, overflow))
             if "R" in self.position_interactions:
                 score_terms.append(RelativePositionInteraction(num_heads, t, overflow))
-        if self.relative_positions:
-            score_terms.append(RelativeKeys(head_dim, self.max_relative_position))
-            if not self.no_relative_values:
-                value_terms.append(RelativeValues(head_dim, self.max_relative_position))
+        for on, clip, positions in (
+            (self.relative_positions, self.max_relative_position, "sequential"),
+            (self.structural_relative_positions, self.max_structural_relative_position, "structural"),
+        ):
+            if on:
+                score_terms.append(RelativeKeys(head_dim, clip, positions))
+                if not self.no_relative_values:
+                    value_terms.append(RelativeValues(head_dim, clip, positions))
         if self.query_relative_positions:
             score_terms.append(
                 QueryProjectedRelativeScores(embed_dim, num_heads, self.relative_clip())

@@ -32,15 +32,16 @@ def right_padding_order(padding_mask: Optional[Tensor]) -> Optional[Tensor]:
 def gather_time(x: Tensor, order: Tensor, time_dim: int) -> Tensor:
     """Reorder ``x`` along ``time_dim`` by a per-sentence ``order`` of shape [B, T].
 
-    ``x`` has its batch axis at 0 (``time_dim`` 1) or at 1 (``time_dim`` 0,
-    fairseq's T x B x C layout).
+    ``x``'s batch axis is 0, or 1 when ``time_dim`` is 0 (fairseq's T x B x C).
     """
+    shape = [1] * x.dim()
     if time_dim == 0:
-        index = order.t()
+        shape[0], shape[1] = order.size(1), order.size(0)
+        index = order.t().reshape(shape)
     else:
-        index = order
-    shape = list(index.shape) + [1] * (x.dim() - 2)
-    return x.gather(time_dim, index.reshape(shape).expand_as(x))
+        shape[0], shape[time_dim] = order.shape
+        index = order.reshape(shape)
+    return x.gather(time_dim, index.expand_as(x))
 
 
 def sequential_relative_positions(length: int, device: torch.device) -> Tensor:
