@@ -8,6 +8,8 @@ For each row, in one run and at one model size, it measures
 * time per update: forward + backward + Adam step (median over interleaved
   repetitions, so every row sees the same machine load);
 * time per inference batch: a no-grad forward in eval mode;
+* decoding speed: beam search (beam 4, a fixed number of steps) over the
+  batch, in sentences per second (trees given, parsing excluded);
 * peak training memory: on CUDA ``max_memory_allocated``; on CPU, in a
   fresh process, parameters + optimizer state + the peak resident set of one
   update above what the process held just before it (glibc's mmap threshold
@@ -30,8 +32,10 @@ import types
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List
 
+import numpy as np
 import torch
 import torch.nn.functional as F
+from fairseq.sequence_generator import SequenceGenerator
 
 
 @dataclass
@@ -39,6 +43,7 @@ class BenchRow:
     label: str
     arch: str
     flags: List[str] = field(default_factory=list)
+    trees: bool = False  # the model reads dependency trees (translation_struct inputs)
 
 
 ROWS = [
@@ -52,6 +57,7 @@ ROWS = [
     BenchRow("conv2d", "transformer_posattn_conv2d"),
     BenchRow("shaw", "transformer_posattn", ["--relative-positions"]),
     BenchRow("bilan", "transformer_posattn", ["--query-relative-positions"]),
+    BenchRow("struct", "transformer_struct", trees=True),
 ]
 
 
@@ -113,6 +119,28 @@ def make_batch(settings, dictionary, device):
     return tuple(t.to(device) for t in (src, lengths, prev, tgt))
 
 
+def make_trees(lengths, width, seed):
+    """Random dependency trees for left-padded sources (one word per piece),
+    as ``translation_struct`` collates them."""
+    from .data.tree_dataset import place_like_tokens
+    from .structure import batch_piece_structure
+
+    rng = np.random.default_rng(seed)
+    heads, piece_words = [], []
+    for n in (lengths - 1).tolist():  # words before EOS
+        order = rng.permutation(n)  # attach each word to one earlier in a random order
+        parent = np.zeros(n, dtype=np.int64)
+        for rank in range(1, n):
+            parent[order[rank]] = order[rng.integers(rank)] + 1
+        heads.append(parent)
+        piece_words.append(np.arange(n))
+    depths, relative, kept = batch_piece_structure(heads, piece_words)
+    return {
+        "src_depths": place_like_tokens(depths, kept, width, left_pad=True),
+        "src_structural_positions": place_like_tokens(relative, kept, width, left_pad=True),
+    }
+
+
 class Runner:
     """One model, its optimizer and batch; ``train_step`` and ``infer_step``."""
 
@@ -123,6 +151,14 @@ class Runner:
             self.model = self.model.half()
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-4)
         self.src, self.lengths, self.prev, self.tgt = make_batch(settings, dictionary, device)
+        self.trees = {}
+        if row.trees:
+            trees = make_trees(self.lengths.cpu(), self.src.size(1), settings.seed)
+            self.trees = {k: v.to(device) for k, v in trees.items()}
+        self.generator = SequenceGenerator(
+            [self.model], dictionary, beam_size=4, max_len_a=0,
+            max_len_b=settings.decode_steps, min_len=settings.decode_steps,
+        )
         self.device = device
 
     def _sync(self):
@@ -132,7 +168,7 @@ class Runner:
     def train_step(self) -> float:
         self.model.train()
         start = time.perf_counter()
-        logits = self.model(self.src, self.lengths, self.prev)[0]
+        logits = self.model(self.src, self.lengths, self.prev, **self.trees)[0]
         loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), self.tgt.view(-1))
         loss.backward()
         self.optimizer.step()
@@ -144,9 +180,19 @@ class Runner:
     def infer_step(self) -> float:
         self.model.eval()
         start = time.perf_counter()
-        self.model(self.src, self.lengths, self.prev)
+        self.model(self.src, self.lengths, self.prev, **self.trees)
         self._sync()
         return time.perf_counter() - start
+
+    @torch.no_grad()
+    def decode_step(self) -> float:
+        """Sentences per second of beam search with a fixed number of steps."""
+        self.model.eval()
+        start = time.perf_counter()
+        net_input = {"src_tokens": self.src, "src_lengths": self.lengths, **self.trees}
+        self.generator.generate([self.model], {"net_input": net_input})
+        self._sync()
+        return self.src.size(0) / (time.perf_counter() - start)
 
 
 def _proc_status_bytes(key: str) -> int:
@@ -213,19 +259,19 @@ def measure_time(rows: List[BenchRow], settings, device):
         runner.infer_step()
     train = {label: [] for label in runners}
     infer = {label: [] for label in runners}
+    decode = {label: [] for label in runners}
     for _ in range(settings.repeats):
         for label, runner in runners.items():
             train[label].append(runner.train_step())
             infer[label].append(runner.infer_step())
+            decode[label].append(runner.decode_step())
     params = {
         label: sum(p.numel() for p in runner.model.parameters())
         for label, runner in runners.items()
     }
-    return (
-        {label: statistics.median(v) for label, v in train.items()},
-        {label: statistics.median(v) for label, v in infer.items()},
-        params,
-    )
+    medians = [{label: statistics.median(v) for label, v in d.items()}
+               for d in (train, infer, decode)]
+    return (*medians, params)
 
 
 def run(settings) -> dict:
@@ -236,7 +282,7 @@ def run(settings) -> dict:
     if unknown:
         raise SystemExit(f"unknown --rows {sorted(unknown)}; choose from {[r.label for r in ROWS]}")
     rows = [row for row in ROWS if row.label == "stock" or row.label in wanted]
-    train, infer, params = measure_time(rows, settings, device)
+    train, infer, decode, params = measure_time(rows, settings, device)
     peaks = measure_memory(rows, settings, device) if settings.memory else {}
 
     results = []
@@ -248,6 +294,8 @@ def run(settings) -> dict:
             "train_ratio": train[row.label] / train["stock"],
             "infer_ms": 1000 * infer[row.label],
             "infer_ratio": infer[row.label] / infer["stock"],
+            "decode_sent_per_s": decode[row.label],
+            "decode_ratio": decode[row.label] / decode["stock"],
         }
         if row.label in peaks:
             entry["peak_mb"] = peaks[row.label]
@@ -263,13 +311,15 @@ def run(settings) -> dict:
 
 
 def format_table(report: dict) -> str:
-    header = f"{'row':<12} {'params':>11} {'train ms':>9} {'x stock':>8} {'infer ms':>9} {'x stock':>8} {'peak MB':>8} {'x stock':>8}"
+    header = (f"{'row':<12} {'params':>11} {'train ms':>9} {'x stock':>8} {'infer ms':>9} "
+              f"{'x stock':>8} {'decode/s':>9} {'x stock':>8} {'peak MB':>8} {'x stock':>8}")
     lines = [header, "-" * len(header)]
     for r in report["rows"]:
         peak = f"{r['peak_mb']:8.0f} {r['peak_ratio']:8.2f}" if "peak_mb" in r else f"{'-':>8} {'-':>8}"
         lines.append(
             f"{r['label']:<12} {r['params']:>11,} {r['train_ms']:9.1f} {r['train_ratio']:8.2f} "
-            f"{r['infer_ms']:9.1f} {r['infer_ratio']:8.2f} {peak}"
+            f"{r['infer_ms']:9.1f} {r['infer_ratio']:8.2f} {r['decode_sent_per_s']:9.1f} "
+            f"{r['decode_ratio']:8.2f} {peak}"
         )
     return "\n".join(lines)
 
@@ -287,6 +337,8 @@ def get_parser():
     parser.add_argument("--max-positions", type=int, default=256,
                         help="--max-source-positions; at most the P/R/conv1d table size t (256)")
     parser.add_argument("--repeats", type=int, default=5, help="timed updates per row")
+    parser.add_argument("--decode-steps", type=int, default=16,
+                        help="target length of the timed beam search")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--fp16", action="store_true", help="model in half precision (CUDA)")

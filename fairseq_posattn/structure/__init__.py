@@ -1,1 +1,20 @@
-"""Pure dependency-tree logic (depths, relative structural positions)."""
+"""Pure dependency-tree logic for structural position representations
+(Wang et al. 2019, *Self-Attention with Structural Position Representations*,
+Sec. 3.1): CoNLL-U input/output, tree depths (absolute structural positions),
+relative structural positions, subword pieces -> words, and the batched
+piece-level structure the data collater needs.
+
+Depends on numpy, torch and ``conllu`` only (not on fairseq).
+"""
+
+from .batch import batch_piece_structure
+from .conllu_io import read_conllu, write_conllu
+from .errors import StructureError
+from .pieces import SCHEMES, piece_word_map, words_from_pieces
+from .tree import RULES, DependencyTree, check_tree, relative_structural_positions, tree_depths
+
+__all__ = [
+    "RULES", "SCHEMES", "DependencyTree", "StructureError", "batch_piece_structure",
+    "check_tree", "piece_word_map", "read_conllu", "relative_structural_positions",
+    "tree_depths", "words_from_pieces", "write_conllu",
+]

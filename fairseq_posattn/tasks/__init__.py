@@ -1,1 +1,3 @@
-"""fairseq tasks of the plugin; importing this package registers them with fairseq."""
+"""Tasks; importing this package registers them with fairseq."""
+
+from . import translation_struct  # noqa: F401

@@ -1,0 +1,127 @@
+"""``fairseq-posattn-preprocess``: ``fairseq-preprocess`` plus the source trees.
+
+Takes every ``fairseq-preprocess`` option and, for each split, the CoNLL-U
+parse of its source: sentence i of ``{pref}.{src}.conllu`` is the tree of line
+i of ``{pref}.{src}`` (over the words that line's subword pieces spell; the
+parse of the tokenized text before BPE).  Beside fairseq's
+``{split}.{src}-{tgt}.{src}.bin/.idx`` it writes, in fairseq's indexed-dataset
+format and naming, O(T) per sentence:
+
+* ``{split}.{src}-{tgt}.{src}.heads``: the 1-based head of every word (0 = root);
+* ``{split}.{src}-{tgt}.{src}.piece2word``: the 0-based word of every piece.
+
+A tree whose words differ from the words the pieces spell, a missing or extra
+tree, or a piece count that differs from the binarized source is an error
+naming the file, line and sentence.
+"""
+
+import logging
+import os
+
+import numpy as np
+import torch
+from fairseq import options
+from fairseq.data import data_utils
+from fairseq.data.indexed_dataset import MMapIndexedDatasetBuilder
+from fairseq_cli import preprocess
+from tqdm import tqdm
+
+from ..structure import StructureError, piece_word_map, read_conllu, words_from_pieces
+
+logger = logging.getLogger("fairseq_posattn.preprocess")
+
+
+def add_tree_args(parser):
+    group = parser.add_argument_group("dependency trees of the source (fairseq_posattn)")
+    group.add_argument("--trees-suffix", default="conllu",
+                       help="the trees of {pref}.{src} are in {pref}.{src}.SUFFIX (CoNLL-U)")
+    group.add_argument("--subword-scheme", default="subword_nmt",
+                       choices=["subword_nmt", "sentencepiece", "none"],
+                       help="how the source pieces make words (as --subword-scheme of "
+                       "--task translation_struct)")
+    group.add_argument("--trees-only", action="store_true",
+                       help="the text is binarized already (same --destdir): write only the trees")
+    return group
+
+
+def split_prefixes(args):
+    """``(output split, input prefix)`` pairs, named as fairseq-preprocess names them."""
+    if args.trainpref:
+        yield "train", args.trainpref
+    for kind, prefixes in (("valid", args.validpref), ("test", args.testpref)):
+        for k, prefix in enumerate(prefixes.split(",") if prefixes else []):
+            yield f"{kind}{k if k > 0 else ''}", prefix
+
+
+def write_trees(args, split: str, input_prefix: str) -> int:
+    """Write the trees of one split; return the number of sentences."""
+    src = args.source_lang
+    text_path = f"{input_prefix}.{src}"
+    tree_path = f"{text_path}.{args.trees_suffix}"
+    dest = preprocess.dataset_dest_prefix(args, split, src)
+    binarized = data_utils.load_indexed_dataset(dest, None, args.dataset_impl)
+    if binarized is None:
+        raise FileNotFoundError(f"{dest}.bin/.idx not found: binarize the text first "
+                                f"(run without --trees-only)")
+    if not os.path.exists(tree_path):
+        raise FileNotFoundError(
+            f"{tree_path} not found: parse the tokenized source of {text_path} into "
+            f"CoNLL-U first (fairseq-posattn-parse), one tree per line"
+        )
+    scheme = args.subword_scheme
+
+    def spelled_words(path):
+        with open(path, encoding="utf-8") as lines:
+            for number, line in enumerate(lines, 1):
+                pieces = line.split()
+                if not pieces:
+                    raise StructureError(
+                        f"{path}, line {number}: empty line; it has no tree — remove empty "
+                        f"lines from both sides of the corpus before BPE and parsing"
+                    )
+                yield " ".join(words_from_pieces(pieces, scheme, where=f"{path}, line {number}"))
+
+    heads_out = MMapIndexedDatasetBuilder(f"{dest}.heads.bin", dtype=np.int32)
+    pieces_out = MMapIndexedDatasetBuilder(f"{dest}.piece2word.bin", dtype=np.int32)
+    count = 0
+    with open(text_path, encoding="utf-8") as text:
+        trees = read_conllu(tree_path, texts=spelled_words(text_path))
+        # trees first: a missing or extra tree surfaces as read_conllu's own error
+        for index, (tree, line) in enumerate(
+            tqdm(zip(trees, text), desc=f"trees {split}", unit=" sentences", total=len(binarized))
+        ):
+            pieces = line.split()
+            if index >= len(binarized) or binarized.sizes[index] != len(pieces) + 1:
+                raise StructureError(
+                    f"{text_path}, line {index + 1} (split '{split}', sentence {index}): "
+                    f"{len(pieces)} pieces, but the binarized source in {dest} has "
+                    + (f"{binarized.sizes[index] - 1}" if index < len(binarized) else "no such")
+                    + " tokens; binarize this very file (same --srcdict/prefixes)"
+                )
+            heads_out.add_item(torch.tensor(tree.heads, dtype=torch.int32))
+            pieces_out.add_item(torch.from_numpy(piece_word_map(pieces, scheme).astype(np.int32)))
+            count += 1
+    if count != len(binarized):
+        raise StructureError(f"{text_path} has {count} lines but {dest} has {len(binarized)} "
+                             f"sentences; binarize this very file")
+    heads_out.finalize(f"{dest}.heads.idx")
+    pieces_out.finalize(f"{dest}.piece2word.idx")
+    logger.info(f"wrote {count} trees of {tree_path} to {dest}.{{heads,piece2word}}")
+    return count
+
+
+def main(args):
+    if not args.trees_only:
+        preprocess.main(args)
+    for split, prefix in split_prefixes(args):
+        write_trees(args, split, prefix)
+
+
+def cli_main(argv=None):
+    parser = options.get_preprocessing_parser()
+    add_tree_args(parser)
+    main(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    cli_main()

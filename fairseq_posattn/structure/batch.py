@@ -1,0 +1,154 @@
+"""Piece-level structural positions for a whole batch at once.
+
+Wang et al. (2019), Sec. 3.1: sub-words share their word's absolute
+structural position (depth), the end-of-sentence symbol takes the first
+integer above the tree's maximum depth, and relative structural positions
+follow Eq. 6 (see :func:`relative_structural_positions`).  This is the data
+collater's hot path, so it is vectorised over the batch: ancestors by
+repeated parent look-ups on a ``[B, W]`` parent table, then one gather from
+words to pieces.
+"""
+
+from typing import Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+
+from .errors import fail
+from .tree import _check_rule
+
+_HINT_PIECES = ("pass piece_word_map() of the sentence's pieces as piece_words; those "
+                "pieces must spell the tree's words")
+
+
+def _ragged(arrays: Sequence[np.ndarray], what: str) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(lengths, int64 concatenation, position of every element within its array)."""
+    lengths = np.fromiter((len(a) for a in arrays), dtype=np.int64, count=len(arrays))
+    flat = np.concatenate(arrays) if len(arrays) else np.zeros(0, dtype=np.int64)
+    if flat.ndim != 1 or len(flat) != lengths.sum():
+        raise ValueError("%s must be 1-d arrays" % what)
+    if flat.dtype.kind not in "iu":
+        # empty lists concatenate as float64; anything else is a caller's bug
+        if any(len(a) and np.asarray(a).dtype.kind not in "iu" for a in arrays):
+            raise ValueError("%s must be integer arrays, got %s" % (what, flat.dtype))
+    flat = flat.astype(np.int64, copy=False)
+    starts = np.cumsum(lengths) - lengths
+    return lengths, flat, np.arange(len(flat)) - np.repeat(starts, lengths)
+
+
+def _check(n_words, flat_heads, n_pieces, flat_pw, piece_pos) -> None:
+    """Fail on heads out of range and on piece maps that do not cover the words."""
+    sent_w = np.repeat(np.arange(len(n_words)), n_words)
+    bad = np.flatnonzero((flat_heads < 0) | (flat_heads > n_words[sent_w]))
+    if bad.size:
+        b = int(sent_w[bad[0]])
+        raise fail("batch sentence %d: a HEAD is out of range 0..%d" % (b, n_words[b]),
+                   "HEAD must be 0 (root) or the 1-based index of a word of the sentence")
+    sent_p = np.repeat(np.arange(len(n_pieces)), n_pieces)
+    step = np.diff(flat_pw, prepend=-1)
+    first = piece_pos == 0
+    ok = np.where(first, flat_pw == 0, (step == 0) | (step == 1))
+    last = np.cumsum(n_pieces)[n_pieces > 0] - 1
+    ends_ok = np.ones(len(n_words), dtype=bool)
+    ends_ok[n_pieces > 0] = flat_pw[last] == n_words[n_pieces > 0] - 1
+    ends_ok[n_pieces == 0] = n_words[n_pieces == 0] == 0
+    bad_sent = np.union1d(sent_p[~ok], np.flatnonzero(~ends_ok))
+    if bad_sent.size:
+        b = int(bad_sent[0])
+        raise fail("batch sentence %d: its %d pieces do not map onto its %d words in order "
+                   "(every word needs at least one piece)" % (b, n_pieces[b], n_words[b]),
+                   _HINT_PIECES)
+
+
+def batch_piece_structure(heads: Sequence[np.ndarray], piece_words: Sequence[np.ndarray],
+                          rule: str = "figure", append_eos: bool = True,
+                          max_pieces: Optional[int] = None
+                          ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Depths and relative structural positions of the pieces of B sentences.
+
+    ``heads[b]``: 1-based heads of sentence b's words (0 = root; a forest is
+    fine); ``piece_words[b]``: the 0-based word of each of its pieces (as
+    :func:`piece_word_map` gives it: starts at 0, grows by 0 or 1, ends at
+    the last word).  Pieces take their word's depth and relate as their
+    words do (pieces of one word at 0).  ``max_pieces`` keeps only the first
+    pieces (fairseq's ``--truncate-source``); kept pieces keep their
+    full-tree values.  ``append_eos`` adds one position after the kept pieces
+    with depth (the whole tree's maximum depth) + 1 (0 for an empty sentence),
+    related to every piece by rule 2, ``sign(k - q) * (d_k + d_q)``.
+
+    Returns right-padded int64 tensors ``depth [B, L]``, ``rel [B, L, L]``
+    (``rel[b, q, k]``: key k seen from query q, unclipped) and
+    ``lengths [B]``; padding is 0.
+    """
+    _check_rule(rule)
+    if len(heads) != len(piece_words):
+        raise ValueError("%d head arrays but %d piece_words arrays"
+                         % (len(heads), len(piece_words)))
+    if max_pieces is not None and max_pieces < 0:
+        raise ValueError("max_pieces must be >= 0, got %d" % max_pieces)
+    B = len(heads)
+    n_words, flat_heads, word_pos = _ragged(heads, "heads")
+    n_pieces, flat_pw, piece_pos = _ragged(piece_words, "piece_words")
+    _check(n_words, flat_heads, n_pieces, flat_pw, piece_pos)
+
+    # Word level, over W + 2 nodes per sentence: W is a virtual word for EOS
+    # (its own root, after every word), W + 1 one for padding (zeroed).
+    W = int(n_words.max()) if B else 0
+    W2 = W + 2
+    sent_w = np.repeat(np.arange(B), n_words)
+    at_word = sent_w * W2 + word_pos
+    parent = np.tile(np.arange(W2), B)
+    parent[at_word] = np.where(flat_heads > 0, flat_heads - 1, word_pos)
+    parent = parent.reshape(B, W2)
+    nodes = np.arange(W2)
+    rows = np.arange(B)[:, None]
+    depth = np.zeros((B, W2), dtype=np.int64)
+    on_path = np.zeros((B, W2, W2), dtype=bool)  # [b, q, k]: k is q or an ancestor of q
+    on_path[:, nodes, nodes] = True
+    flat_on_path = on_path.reshape(B, W2 * W2)
+    cur = np.broadcast_to(nodes, (B, W2))
+    for _ in range(W2):
+        up = np.take_along_axis(parent, cur, 1)
+        moved = up != cur
+        if not moved.any():
+            break
+        depth += moved
+        flat_on_path[rows, nodes * W2 + up] = True
+        cur = up
+    else:
+        b = int(np.flatnonzero(moved.any(1))[0])
+        raise fail("batch sentence %d: the heads form a cycle" % b,
+                   "every word must reach a root (HEAD 0) by following its heads")
+    on_path |= on_path.transpose(0, 2, 1)  # or q is an ancestor of k
+    real = np.zeros(B * W2, dtype=bool)
+    real[at_word] = True
+    depth[:, W] = np.where(real.reshape(B, W2), depth, -1).max(1) + 1
+
+    # Eq. 6 between words, in a small integer type (the output is gathered
+    # from it); the sign is that of the word indices, which pieces share.
+    small = np.int16 if W < 16000 else np.int64
+    dq, dk = depth.astype(small)[:, :, None], depth.astype(small)[:, None, :]
+    sign = np.sign(nodes[None, :] - nodes[:, None]).astype(small)
+    far = dk + dq
+    far *= sign
+    near = dk - dq
+    if rule == "figure":
+        np.abs(near, out=near)
+        near *= sign
+    rel_words = np.where(on_path, near, far)
+    rel_words[:, W + 1, :] = 0
+    rel_words[:, :, W + 1] = 0
+    depth[:, W + 1] = 0
+
+    # Piece level: one gather from words (EOS -> word W, padding -> W + 1).
+    kept = n_pieces if max_pieces is None else np.minimum(n_pieces, max_pieces)
+    lengths = kept + int(append_eos)
+    L = int(lengths.max()) if B else 0
+    keep = np.ones(len(flat_pw), dtype=bool) if max_pieces is None else piece_pos < max_pieces
+    word = np.full((B, L), W + 1, dtype=np.int64)
+    word[np.repeat(np.arange(B), n_pieces)[keep], piece_pos[keep]] = flat_pw[keep]
+    if append_eos:
+        word[np.arange(B), kept] = W
+    rel = rel_words[rows[:, :, None], word[:, :, None], word[:, None, :]]
+    return (torch.from_numpy(np.take_along_axis(depth, word, 1)),
+            torch.from_numpy(rel).long(), torch.from_numpy(lengths))

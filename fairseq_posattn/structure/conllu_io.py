@@ -1,0 +1,322 @@
+"""Reading and writing dependency trees as CoNLL-U.
+
+Reading is strict and done here line by line (the ``conllu`` package is
+lenient: it also splits columns at two spaces and keeps no line numbers);
+writing goes through ``conllu``'s serializer.  Every problem is a
+:class:`StructureError` that names the file, the 1-based sentence number, the
+1-based line and what to do.
+"""
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import IO, Dict, Iterable, Iterator, List, Optional, Tuple, Union
+
+import numpy as np
+from conllu.models import TokenList
+
+from .errors import fail, location
+from .tree import DependencyTree, _as_heads, analyse_heads, check_tree
+
+PathOrFile = Union[str, "os.PathLike[str]", IO[str]]
+
+_WORD_ID = re.compile(r"[1-9][0-9]*")
+_RANGE_ID = re.compile(r"([1-9][0-9]*)-([1-9][0-9]*)")
+_EMPTY_NODE_ID = re.compile(r"[0-9]+\.[1-9][0-9]*")
+_HEAD = re.compile(r"[0-9]+")
+_METADATA = re.compile(r"#\s*(sent_id|text)\s*=(.*)")
+_COLUMNS = ("id", "form", "lemma", "upos", "xpos", "feats", "head", "deprel", "deps", "misc")
+
+_HINT_COLUMNS = ("a CoNLL-U token line has 10 columns separated by single tabs "
+                 "(spaces do not separate columns); fix the line")
+_HINT_IDS = ("word IDs must run 1, 2, ..., n within a sentence (multiword ranges a-b "
+             "just before word a); is the blank line between two sentences missing?")
+_HINT_REPARSE = ("the CoNLL-U must be the parse of exactly this tokenized text (pretokenized "
+                 "input, one sentence per line): re-parse it or fix the text")
+
+
+@dataclass
+class _Block:
+    """The lines of one sentence as they are read."""
+
+    number: int                      # 1-based sentence number
+    first_line: Optional[int] = None  # first token line (any kind)
+    comment_line: Optional[int] = None
+    forms: List[str] = field(default_factory=list)
+    heads: List[int] = field(default_factory=list)
+    deprels: List[str] = field(default_factory=list)
+    lines: List[int] = field(default_factory=list)
+    ranges: List[Tuple[int, int, str, int]] = field(default_factory=list)  # a, b, form, line
+    metadata: Dict[str, str] = field(default_factory=dict)
+
+    @property
+    def empty(self) -> bool:
+        return self.first_line is None and self.comment_line is None
+
+
+def _open(path_or_file: PathOrFile, mode: str, source: Optional[str]):
+    """(file, close it?, name)."""
+    if isinstance(path_or_file, (str, os.PathLike)):
+        name = source if source is not None else os.fspath(path_or_file)
+        if mode == "r":
+            return open(path_or_file, "r", encoding="utf-8-sig"), True, name
+        return open(path_or_file, "w", encoding="utf-8", newline="\n"), True, name
+    if source is None:
+        source = getattr(path_or_file, "name", None)
+        source = source if isinstance(source, str) else None
+    return path_or_file, False, source
+
+
+def read_conllu(path_or_file: PathOrFile, texts: Optional[Iterable[str]] = None,
+                source: Optional[str] = None) -> Iterator[DependencyTree]:
+    """Yield the dependency trees of a CoNLL-U file (a path or a text file).
+
+    Comments keep ``# sent_id`` and ``# text``; a blank line ends a sentence
+    (the last one may lack it; several blank lines count as one).  Empty nodes
+    (``8.1``) are skipped: they only matter for enhanced dependencies.
+
+    Multiword tokens: the tree is over *surface tokens* (what the tokenized
+    text has).  A range ``a-b`` becomes one node whose form is the range's
+    FORM; its head (and DEPREL) is that of the member whose head lies outside
+    the range (of several such members, the one closest to the root; ties:
+    the first).  Heads of other words that point into the range point to the
+    collapsed node.  Contracting a range this way never makes a cycle.
+
+    Several roots (HEAD 0) are allowed: the tree is a forest and every root
+    has depth 0.  Non-projective trees are fine.
+
+    ``texts``: the tokenized text, one sentence per line (whitespace-separated
+    tokens); every tree's surface tokens must equal its line's tokens, and the
+    file must have exactly as many sentences as ``texts`` has lines.
+
+    Every problem (columns, IDs, heads, ranges, cycles, missing root, empty
+    sentence, mismatch with ``texts``) raises :class:`StructureError` naming
+    the file (``source``, else the path, else the file object's name), the
+    1-based sentence number, the line and what to do.  Trees come out lazily.
+    """
+    handle, close, name = _open(path_or_file, "r", source)
+    text_lines = iter(texts) if texts is not None else None
+    try:
+        block = _Block(number=1)
+        lineno = 0
+        for lineno, raw in enumerate(_decoded_lines(handle, name), 1):
+            line = raw.rstrip("\r\n")
+            if lineno == 1:
+                line = line.lstrip("\ufeff")
+            if not line.strip():
+                if not block.empty:
+                    yield _finish(block, name, text_lines)
+                    block = _Block(number=block.number + 1)
+            elif line.startswith("#"):
+                _comment(block, line, lineno)
+            else:
+                _token_line(block, line, lineno, name)
+        if not block.empty:
+            yield _finish(block, name, text_lines)
+            block = _Block(number=block.number + 1)
+        if text_lines is not None and next(text_lines, None) is not None:
+            raise fail("the file ends after %d sentences but the text has more lines"
+                       % (block.number - 1), _HINT_REPARSE, source=name, line=lineno or None)
+    finally:
+        if close:
+            handle.close()
+
+
+def _decoded_lines(handle, name: Optional[str]) -> Iterator[str]:
+    lineno = 0
+    try:
+        for lineno, raw in enumerate(handle, 1):
+            yield raw.decode("utf-8") if isinstance(raw, bytes) else raw
+    except UnicodeDecodeError as exc:
+        raise fail("the file is not valid UTF-8 (%s)" % exc, "convert it to UTF-8",
+                   source=name, line=lineno + 1) from None
+
+
+def _comment(block: _Block, line: str, lineno: int) -> None:
+    if block.comment_line is None:
+        block.comment_line = lineno
+    m = _METADATA.fullmatch(line)
+    if m:
+        block.metadata[m.group(1)] = m.group(2).strip()
+
+
+def _token_line(block: _Block, line: str, lineno: int, name: Optional[str]) -> None:
+    def error(problem: str, hint: str):
+        return fail(problem, hint, source=name, sentence=block.number, line=lineno)
+
+    if block.first_line is None:
+        block.first_line = lineno
+    cols = line.split("\t")
+    if len(cols) != 10:
+        raise error("expected 10 tab-separated columns, found %d" % len(cols), _HINT_COLUMNS)
+    if "" in cols:
+        raise error("column %s is empty" % _COLUMNS[cols.index("")].upper(),
+                    "write '_' for an unknown value")
+    tid, form = cols[0], cols[1]
+    expected = len(block.forms) + 1
+    if _WORD_ID.fullmatch(tid):
+        if int(tid) != expected:
+            raise error("word ID %s where %d was expected" % (tid, expected), _HINT_IDS)
+        if not _HEAD.fullmatch(cols[6]):
+            raise error("HEAD %r of word %s is not an integer" % (cols[6], tid),
+                        "HEAD must be 0 (root) or the ID of a word of the same sentence")
+        block.forms.append(form)
+        block.heads.append(int(cols[6]))
+        block.deprels.append(cols[7])
+        block.lines.append(lineno)
+        return
+    if _EMPTY_NODE_ID.fullmatch(tid):
+        return  # empty node: enhanced dependencies only
+    m = _RANGE_ID.fullmatch(tid)
+    if not m:
+        raise error("ID %r is not an integer (nor a range a-b, nor an empty node i.j)" % tid,
+                    _HINT_IDS)
+    a, b = int(m.group(1)), int(m.group(2))
+    if a >= b:
+        raise error("multiword range %s must span at least two words" % tid, _HINT_IDS)
+    if a != expected:
+        raise error("multiword range %s where a range starting at word %d was expected"
+                    % (tid, expected), _HINT_IDS)
+    if block.ranges and block.ranges[-1][1] >= a:
+        raise error("multiword range %s overlaps range %d-%d" % ((tid,) + block.ranges[-1][:2]),
+                    _HINT_IDS)
+    block.ranges.append((a, b, form, lineno))
+
+
+def _finish(block: _Block, name: Optional[str], text_lines: Optional[Iterator[str]]
+            ) -> DependencyTree:
+    """Validate a sentence, collapse its multiword tokens, compare it with its text."""
+    first = block.first_line if block.first_line is not None else block.comment_line
+
+    def error(problem: str, hint: str, line: Optional[int] = first):
+        return fail(problem, hint, source=name, sentence=block.number, line=line)
+
+    n = len(block.forms)
+    if n == 0:
+        raise error("the sentence has no words (only comments, ranges or empty nodes)",
+                    "remove the block or add its token lines")
+    if block.ranges and block.ranges[-1][1] > n:
+        a, b, _, line = block.ranges[-1]
+        raise error("multiword range %d-%d goes past the last word %d" % (a, b, n), _HINT_IDS,
+                    line)
+    depths, problem = analyse_heads(np.asarray(block.heads, dtype=np.int64), block.forms)
+    if problem is not None:
+        word, what, hint = problem
+        raise error(what, hint, block.lines[word] if word >= 0 else first)
+    words, heads, deprels = _collapse(block, depths)
+    tree = DependencyTree(
+        words=words, heads=heads,
+        deprels=None if all(r == "_" for r in deprels) else deprels,
+        sent_id=block.metadata.get("sent_id"), text=block.metadata.get("text"),
+        source=name, line=block.first_line, index=block.number - 1)
+    if text_lines is not None:
+        text = next(text_lines, None)
+        if text is None:
+            raise error("the file has more sentences than the text has lines (%d)"
+                        % (block.number - 1), _HINT_REPARSE)
+        _compare(words, text.split(), block.number, error)
+    return tree
+
+
+def _collapse(block: _Block, depths: np.ndarray) -> Tuple[List[str], List[int], List[str]]:
+    """Surface-token tree: every multiword range becomes one node."""
+    if not block.ranges:
+        return block.forms, block.heads, block.deprels
+    n = len(block.forms)
+    node_of = list(range(n))  # 0-based surface node of every syntactic word
+    groups: List[List[int]] = []
+    words: List[str] = []
+    starts = {a - 1: (b, form) for a, b, form, _ in block.ranges}
+    i = 0
+    while i < n:
+        if i in starts:
+            b, form = starts[i]
+            members = list(range(i, b))
+        else:
+            form, members = block.forms[i], [i]
+        for w in members:
+            node_of[w] = len(groups)
+        groups.append(members)
+        words.append(form)
+        i = members[-1] + 1
+    heads, deprels = [], []
+    for members in groups:
+        # The shallowest member (first on ties) has its head outside the range:
+        # a head inside would be shallower still.
+        rep = min(members, key=lambda w: depths[w])
+        h = block.heads[rep]
+        heads.append(0 if h == 0 else node_of[h - 1] + 1)
+        deprels.append(block.deprels[rep])
+    return words, heads, deprels
+
+
+def _compare(words: List[str], tokens: List[str], number: int, error) -> None:
+    if words == tokens:
+        return
+    pos = next((i for i, (w, t) in enumerate(zip(words, tokens)) if w != t),
+               min(len(words), len(tokens)))
+    tree_tok = repr(words[pos]) if pos < len(words) else "(end)"
+    text_tok = repr(tokens[pos]) if pos < len(tokens) else "(end)"
+    if len(words) != len(tokens):
+        what = ("the tree has %d surface tokens but line %d of the text has %d"
+                % (len(words), number, len(tokens)))
+    else:
+        what = "the tree's tokens differ from line %d of the text" % number
+    raise error("%s; first difference at token %d: tree %s, text %s"
+                % (what, pos + 1, tree_tok, text_tok), _HINT_REPARSE)
+
+
+def _serialize(tree: DependencyTree, where: str) -> str:
+    words, n = tree.words, len(tree.words)
+    if len(_as_heads(tree.heads, where)) != n:
+        raise fail("%d words but %d heads" % (n, len(tree.heads)),
+                   "give every word one head", where=where)
+    check_tree(tree.heads, where=where, words=words)
+    deprels = tree.deprels if tree.deprels is not None else [None] * n
+    if len(deprels) != n:
+        raise fail("%d words but %d deprels" % (n, len(deprels)),
+                   "give every word one deprel (or none at all)", where=where)
+    for kind, values, bad in (("word", words, "\t\n\r"), ("deprel", deprels, " \t\n\r")):
+        for i, v in enumerate(values):
+            if v is not None and (not isinstance(v, str) or not v or any(c in v for c in bad)):
+                raise fail("%s %d is %r" % (kind, i + 1, v),
+                           "CoNLL-U fields must be non-empty strings without tabs or "
+                           "line breaks", where=where)
+    metadata = {}
+    for key in ("sent_id", "text"):
+        value = getattr(tree, key)
+        if value:
+            if "\n" in value or "\r" in value:
+                raise fail("%s %r holds a line break" % (key, value), "remove it", where=where)
+            metadata[key] = value
+    tokens = []
+    for i, (w, h, r) in enumerate(zip(words, tree.heads, deprels)):
+        h = int(h)
+        if r is None:
+            r = "root" if h == 0 else "dep"
+        tokens.append({
+            "id": i + 1, "form": w, "lemma": None, "upos": None, "xpos": None,
+            "feats": None, "head": h, "deprel": r, "deps": None, "misc": None,
+        })
+    return TokenList(tokens, metadata).serialize()
+
+
+def write_conllu(trees: Iterable[DependencyTree], path_or_file: PathOrFile) -> int:
+    """Write ``trees`` as CoNLL-U and return how many were written.
+
+    Standard 10 columns, ``_`` where unknown; DEPREL ``dep`` when unknown
+    (``root`` for HEAD 0); ``# sent_id`` / ``# text`` when known; a blank
+    line after every sentence.  Multiword ranges are not written: the trees
+    are over surface tokens.  A bad tree raises :class:`StructureError`.
+    """
+    handle, close, name = _open(path_or_file, "w", None)
+    count = 0
+    try:
+        for tree in trees:
+            handle.write(_serialize(tree, where=location(name, count + 1)))
+            count += 1
+    finally:
+        if close:
+            handle.close()
+    return count
+

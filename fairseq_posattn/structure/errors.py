@@ -1,0 +1,46 @@
+"""The one exception type of :mod:`fairseq_posattn.structure`."""
+
+from typing import Optional
+
+
+class StructureError(ValueError):
+    """Bad tree input.
+
+    The message names the file (if known), the 1-based sentence number, the
+    1-based line number in the file (if known) and what to do, e.g.::
+
+        train.en.conllu, sentence 12, line 240: HEAD 31 is out of range ...
+
+    The same facts are kept as attributes (``None`` when unknown).
+    """
+
+    def __init__(self, message: str, source: Optional[str] = None,
+                 sentence: Optional[int] = None, line: Optional[int] = None):
+        super().__init__(message)
+        self.source = source
+        self.sentence = sentence
+        self.line = line
+
+
+def location(source: Optional[str] = None, sentence: Optional[int] = None,
+             line: Optional[int] = None) -> str:
+    """``"file, sentence 3, line 17"`` with the unknown parts left out."""
+    parts = []
+    if source is not None:
+        parts.append(str(source))
+    if sentence is not None:
+        parts.append("sentence %d" % sentence)
+    if line is not None:
+        parts.append("line %d" % line)
+    return ", ".join(parts)
+
+
+def fail(problem: str, hint: str, source: Optional[str] = None,
+         sentence: Optional[int] = None, line: Optional[int] = None,
+         where: str = "") -> StructureError:
+    """Build (not raise) a StructureError ``"<where>: <problem>. <hint>"``."""
+    where = where or location(source, sentence, line)
+    message = "%s. %s%s" % (problem, hint[:1].upper(), hint[1:]) if hint else problem
+    if where:
+        message = "%s: %s" % (where, message)
+    return StructureError(message, source=source, sentence=sentence, line=line)

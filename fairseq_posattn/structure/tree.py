@@ -1,0 +1,173 @@
+"""Dependency trees, tree depths and relative structural positions.
+
+Wang et al. (2019), *Self-Attention with Structural Position Representations*,
+Sec. 3.1: the absolute structural position of a word is its depth in the
+dependency tree (Eq. 5, the root = the main verb at depth 0); the relative
+structural position of two words follows two hierarchical rules (Eq. 6).
+"""
+
+from dataclasses import dataclass, field
+from typing import List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .errors import fail
+
+RULES = ("figure", "text")
+
+_HINT_HEADS = "HEAD must be 0 (root) or the 1-based index of a word of the same sentence"
+_HINT_CYCLE = ("every word must reach a root (HEAD 0) by following its heads; "
+               "re-parse the sentence or fix its HEAD column")
+
+
+@dataclass
+class DependencyTree:
+    """One sentence's dependency tree over its surface tokens.
+
+    ``heads[i]`` is the 1-based index of the head of word ``i + 1`` (0 = root).
+    ``source``, ``line`` and ``index`` say where the tree was read from; they
+    are not part of its identity (``==`` ignores them).
+    """
+
+    words: List[str]
+    heads: List[int]
+    deprels: Optional[List[str]] = None
+    sent_id: Optional[str] = None
+    text: Optional[str] = None
+    source: Optional[str] = field(default=None, compare=False)
+    line: Optional[int] = field(default=None, compare=False)
+    index: int = field(default=0, compare=False)
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+
+def _as_heads(heads: Sequence[int], where: str) -> np.ndarray:
+    """``heads`` as a 1-d int64 array, or a StructureError."""
+    try:
+        arr = np.asarray(heads)
+    except (TypeError, ValueError) as exc:
+        raise fail("heads cannot be read as a list of integers (%s)" % exc, _HINT_HEADS,
+                   where=where) from None
+    if arr.ndim != 1:
+        raise fail("heads must be a flat list, got an array of shape %s" % (arr.shape,),
+                   _HINT_HEADS, where=where)
+    if arr.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if arr.dtype.kind not in "iu":
+        raise fail("heads must be integers, got %s" % (list(arr[:5]),), _HINT_HEADS, where=where)
+    return arr.astype(np.int64)
+
+
+def _word(i: int, words: Optional[Sequence[str]]) -> str:
+    """Name 0-based word ``i`` as its 1-based index (and form, when known)."""
+    if words is not None and i < len(words):
+        return "%d %r" % (i + 1, words[i])
+    return "%d" % (i + 1)
+
+
+def analyse_heads(h: np.ndarray, words: Optional[Sequence[str]] = None
+                  ) -> Tuple[Optional[np.ndarray], Optional[Tuple[int, str, str]]]:
+    """Depths of a 1-d int64 head array, or the first problem with it.
+
+    Returns ``(depths, None)`` or ``(None, (word, problem, hint))`` where
+    ``word`` is the 0-based word the problem is found at (-1: the sentence).
+    The depth walk is memoised, so it is O(n): every word is walked up once.
+    """
+    n = len(h)
+    bad = np.flatnonzero((h < 0) | (h > n))
+    if bad.size:
+        i = int(bad[0])
+        return None, (i, "HEAD %d of word %s is out of range 0..%d" % (h[i], _word(i, words), n),
+                      _HINT_HEADS)
+    if n and not (h == 0).any():
+        return None, (-1, "no word has HEAD 0 (the sentence has no root)",
+                      "one word (or several: a forest) must have HEAD 0")
+    heads = h.tolist()
+    depth = [-1] * n
+    visited_in = [-1] * n  # which walk last passed through a word
+    for start in range(n):
+        path = []
+        j = start
+        while depth[j] < 0 and heads[j] != 0:
+            if visited_in[j] == start:
+                cycle = path[path.index(j):] + [j]
+                return None, (j, "the heads form a cycle: %s"
+                              % " -> ".join(_word(c, words) for c in cycle), _HINT_CYCLE)
+            visited_in[j] = start
+            path.append(j)
+            j = heads[j] - 1
+        if depth[j] < 0:  # j is a root
+            depth[j] = 0
+        d = depth[j]
+        for node in reversed(path):
+            d += 1
+            depth[node] = d
+    return np.asarray(depth, dtype=np.int64), None
+
+
+def check_tree(heads: Sequence[int], where: str = "",
+               words: Optional[Sequence[str]] = None) -> None:
+    """Raise :class:`StructureError` unless ``heads`` is a dependency tree.
+
+    ``heads`` (1-based, 0 = root) must be non-empty, in range, have at least
+    one root and no cycle.  Several roots are allowed (a forest).  ``where``
+    prefixes the message; ``words``, when given, name the words on a cycle.
+    """
+    h = _as_heads(heads, where)
+    if h.size == 0:
+        raise fail("the sentence has no words", "a tree needs at least one word", where=where)
+    _, problem = analyse_heads(h, words)
+    if problem is not None:
+        raise fail(problem[1], problem[2], where=where)
+
+
+def tree_depths(heads: Sequence[int]) -> np.ndarray:
+    """Absolute structural positions (Wang et al. 2019, Eq. 5): the number of
+    arcs from each word to its root, int64; every root of a forest has depth
+    0.  O(n).  Raises :class:`StructureError` on a cycle or bad head."""
+    _, depths = _validated(heads)
+    return depths
+
+
+def _validated(heads: Sequence[int]) -> Tuple[np.ndarray, np.ndarray]:
+    h = _as_heads(heads, "")
+    depths, problem = analyse_heads(h)
+    if problem is not None:
+        raise fail(problem[1], problem[2])
+    return h, depths
+
+
+def _check_rule(rule: str) -> None:
+    if rule not in RULES:
+        raise ValueError("rule must be one of %s, got %r" % (RULES, rule))
+
+
+def relative_structural_positions(heads: Sequence[int], rule: str = "figure") -> np.ndarray:
+    """Relative structural positions (Wang et al. 2019, Sec. 3.1, Eq. 6),
+    unclipped: ``out[q, k]`` is key word ``k`` seen from query word ``q``
+    (int64, ``[n, n]``), with ``d`` the tree depths:
+
+    * q and k on one path to the root (one is an ancestor of the other, or
+      q == k): ``sign(k - q) * |d_k - d_q|`` for ``rule="figure"`` (what the
+      paper's Figure 1 computes; default) or ``d_k - d_q`` for
+      ``rule="text"`` (the paper's rule 1 as written);
+    * otherwise (other branches, or other trees of a forest):
+      ``sign(k - q) * (d_k + d_q)``.
+    """
+    _check_rule(rule)
+    h, d = _validated(heads)
+    n = len(h)
+    idx = np.arange(n)
+    parent = np.where(h == 0, idx, h - 1)
+    on_path = np.eye(n, dtype=bool)  # on_path[q, k]: k is q or an ancestor of q
+    cur = idx
+    for _ in range(int(d.max()) if n else 0):
+        cur = parent[cur]
+        on_path[idx, cur] = True
+    on_path |= on_path.T
+    sign = np.sign(idx[None, :] - idx[:, None])
+    dq, dk = d[:, None], d[None, :]
+    same_path = sign * np.abs(dk - dq) if rule == "figure" else dk - dq
+    return np.where(on_path, same_path, sign * (dk + dq)).astype(np.int64)
+

@@ -1,0 +1,183 @@
+"""``translation_struct``: translation whose source sentences carry dependency trees.
+
+Training and ``fairseq-generate`` read the trees that
+``fairseq-posattn-preprocess`` wrote beside the binarized source
+(``{split}.{src}-{tgt}.{src}.heads`` and ``.piece2word``);
+``fairseq-interactive``, which only has the subword pieces of each input
+line, rebuilds the words, parses them with ``--parser`` and projects the tree
+back onto the pieces.  Either way the encoder receives ``src_depths`` and
+``src_structural_positions`` in ``net_input``.
+"""
+
+import itertools
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+from fairseq import utils
+from fairseq.data import ConcatDataset, data_utils, indexed_dataset
+from fairseq.dataclass import ChoiceEnum
+from fairseq.tasks import register_task
+from fairseq.tasks.translation import TranslationConfig, TranslationTask
+
+from ..data.tree_dataset import TreeLanguagePairDataset
+from ..structure import StructureError, piece_word_map, words_from_pieces
+
+logger = logging.getLogger(__name__)
+
+TREE_FILES = ("heads", "piece2word")
+
+
+@dataclass
+class TranslationStructConfig(TranslationConfig):
+    structural_relative_rule: ChoiceEnum(["figure", "text"]) = field(
+        default="figure",
+        metadata={
+            "help": "relative structural position of two words on one path to the root: "
+            "sign(k-q)*|d_k-d_q| as the paper's Figure 1 computes it (figure), or "
+            "d_k-d_q as its text writes (text)"
+        },
+    )
+    subword_scheme: ChoiceEnum(["subword_nmt", "sentencepiece", "none"]) = field(
+        default="subword_nmt",
+        metadata={
+            "help": "how source pieces make words: subword-nmt '@@ ' continuation, "
+            "sentencepiece '\u2581' word starts, or none (pieces are words)"
+        },
+    )
+    parser: Optional[ChoiceEnum(["spacy", "stanza", "udpipe"])] = field(
+        default=None,
+        metadata={"help": "fairseq-interactive: the parser for raw input"},
+    )
+    parser_model: Optional[str] = field(
+        default=None,
+        metadata={"help": "fairseq-interactive: spaCy model name/path or UDPipe model file"},
+    )
+    parser_lang: str = field(
+        default="en", metadata={"help": "fairseq-interactive: stanza language code"}
+    )
+    stanza_dir: Optional[str] = field(
+        default=None, metadata={"help": "fairseq-interactive: local stanza model directory"}
+    )
+
+
+def _tree_prefix(data_path, split, src, tgt, impl) -> Optional[str]:
+    """fairseq's source prefix of ``split`` (either language order), if the text exists."""
+    for pair in (f"{src}-{tgt}", f"{tgt}-{src}"):
+        prefix = os.path.join(data_path, f"{split}.{pair}.{src}")
+        if indexed_dataset.dataset_exists(prefix, impl=impl):
+            return prefix
+    return None
+
+
+def load_trees(data_path, split, src, tgt, impl, combine, upsample_primary):
+    """The heads and piece->word datasets of ``split``; shards (``train1``, ...)
+    are concatenated as fairseq concatenates the text."""
+    parts = {name: [] for name in TREE_FILES}
+    for k in itertools.count():
+        prefix = _tree_prefix(data_path, split + (str(k) if k > 0 else ""), src, tgt, impl)
+        if prefix is None:
+            break
+        for name in TREE_FILES:
+            dataset = data_utils.load_indexed_dataset(f"{prefix}.{name}", None, impl)
+            if dataset is None:
+                raise FileNotFoundError(
+                    f"{prefix}.{name}.{{bin,idx}} is missing: --task translation_struct "
+                    f"needs the trees that fairseq-posattn-preprocess writes beside "
+                    f"the binarized source"
+                )
+            parts[name].append(dataset)
+        if not combine:
+            break
+    if not parts["heads"]:
+        raise FileNotFoundError(f"no binarized source for split '{split}' in {data_path}")
+    ratios = [upsample_primary] + [1] * (len(parts["heads"]) - 1)
+    return [p[0] if len(p) == 1 else ConcatDataset(p, ratios) for p in parts.values()]
+
+
+@register_task("translation_struct", dataclass=TranslationStructConfig)
+class TranslationStructTask(TranslationTask):
+    """Translation with the source's dependency trees (Wang et al. 2019)."""
+
+    cfg: TranslationStructConfig
+
+    def __init__(self, cfg: TranslationStructConfig, src_dict, tgt_dict):
+        super().__init__(cfg, src_dict, tgt_dict)
+        self._parser = None
+
+    def load_dataset(self, split, epoch=1, combine=False, **kwargs):
+        super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
+        pairs = self.datasets[split]
+        paths = utils.split_paths(self.cfg.data)
+        if split != self.cfg.train_subset:
+            paths = paths[:1]
+        data_path = paths[(epoch - 1) % len(paths)]
+        heads, piece_words = load_trees(
+            data_path, split, self.cfg.source_lang, self.cfg.target_lang,
+            self.cfg.dataset_impl, combine, self.cfg.upsample_primary,
+        )
+        self._check_sizes(split, pairs, heads, piece_words)
+        self.datasets[split] = TreeLanguagePairDataset(
+            pairs, heads, piece_words, rule=self.cfg.structural_relative_rule, name=split
+        )
+
+    def _check_sizes(self, split, pairs, heads, piece_words):
+        """Every sentence has a tree and as many pieces as the binarized source."""
+        if not len(heads) == len(piece_words) == len(pairs):
+            raise StructureError(
+                f"split '{split}': {len(pairs)} source sentences but {len(heads)} trees "
+                f"and {len(piece_words)} piece maps; rerun fairseq-posattn-preprocess"
+            )
+        pieces = np.asarray(piece_words.sizes, dtype=np.int64)
+        if self.cfg.truncate_source:
+            pieces = np.minimum(pieces, self.cfg.max_source_positions - 1)
+        expected = pieces + 1  # EOS
+        mismatch = np.flatnonzero(expected != np.asarray(pairs.src_sizes))
+        if len(mismatch):
+            i = int(mismatch[0])
+            raise StructureError(
+                f"split '{split}', sentence {i}: the binarized source has "
+                f"{int(pairs.src_sizes[i]) - 1} tokens before EOS but its tree data has "
+                f"{int(piece_words.sizes[i])} pieces ({len(mismatch)} sentences differ); "
+                f"the trees do not belong to this text, rerun fairseq-posattn-preprocess"
+            )
+
+    def build_dataset_for_inference(self, src_tokens, src_lengths, constraints=None):
+        """fairseq-interactive: parse the words the pieces spell, project onto the pieces."""
+        pairs = super().build_dataset_for_inference(src_tokens, src_lengths, constraints)
+        scheme = self.cfg.subword_scheme
+        pieces = [
+            [self.src_dict[t] for t in tokens.tolist() if t != self.src_dict.eos()]
+            for tokens in src_tokens
+        ]
+        words = [words_from_pieces(p, scheme) for p in pieces]
+        heads = [np.zeros(0, dtype=np.int64)] * len(words)
+        to_parse = [i for i, w in enumerate(words) if w]
+        if to_parse:
+            trees = self.parser().parse([words[i] for i in to_parse])
+            for i, tree in zip(to_parse, trees):
+                heads[i] = np.asarray(tree.heads, dtype=np.int64)
+        piece_words = [piece_word_map(p, scheme) for p in pieces]
+        return TreeLanguagePairDataset(
+            pairs, heads, piece_words, rule=self.cfg.structural_relative_rule, name="input"
+        )
+
+    def parser(self):
+        """The parser of ``--parser`` (loaded once)."""
+        if self._parser is None:
+            if self.cfg.parser is None:
+                raise ValueError(
+                    "fairseq-interactive with --task translation_struct parses its input: "
+                    "pass --parser spacy|stanza|udpipe (and --parser-model)"
+                )
+            from ..data.parsers import build_parser
+
+            self._parser = build_parser(
+                self.cfg.parser,
+                model=self.cfg.parser_model,
+                lang=self.cfg.parser_lang,
+                stanza_dir=self.cfg.stanza_dir,
+            )
+        return self._parser

@@ -1,0 +1,350 @@
+"""Tree depths, relative structural positions (Wang et al. 2019, Sec. 3.1),
+subword pieces and the batched piece-level structure, against naive
+references written with explicit loops."""
+
+import ast
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fairseq_posattn.structure import (
+    StructureError, batch_piece_structure, check_tree, piece_word_map,
+    relative_structural_positions, tree_depths, words_from_pieces,
+)
+
+STRUCTURE_DIR = Path(__file__).resolve().parents[1] / "fairseq_posattn" / "structure"
+FAST = settings(max_examples=60, deadline=None)
+
+# Figure 1 of the paper: "Bush held a talk with Sharon".
+FIG1_WORDS = ["Bush", "held", "a", "talk", "with", "Sharon"]
+FIG1_HEADS = [2, 0, 4, 2, 6, 2]
+
+
+# ---------------------------------------------------------------- references
+
+def naive_ancestors(heads, i):
+    """0-based proper ancestors of 0-based word i, nearest first."""
+    out, j = [], i
+    while heads[j] != 0:
+        j = heads[j] - 1
+        out.append(j)
+        assert len(out) <= len(heads), "cycle"
+    return out
+
+
+def naive_depths(heads):
+    return [len(naive_ancestors(heads, i)) for i in range(len(heads))]
+
+
+def naive_rel(heads, rule):
+    """O(n^3) relative structural positions, straight from the rules."""
+    n, d = len(heads), naive_depths(heads)
+    out = np.zeros((n, n), dtype=np.int64)
+    for q in range(n):
+        for k in range(n):
+            sign = (k > q) - (k < q)
+            if q == k or k in naive_ancestors(heads, q) or q in naive_ancestors(heads, k):
+                out[q, k] = sign * abs(d[k] - d[q]) if rule == "figure" else d[k] - d[q]
+            else:
+                out[q, k] = sign * (d[k] + d[q])
+    return out
+
+
+def naive_pieces(heads, piece_words, rule, append_eos, max_pieces):
+    """Per-sentence piece-level depth and relations with loops."""
+    d = naive_depths(heads)
+    wrel = naive_rel(heads, rule)
+    kept = list(piece_words)[: len(piece_words) if max_pieces is None else max_pieces]
+    depth = [d[w] for w in kept]
+    rel = [[int(wrel[wq, wk]) for wk in kept] for wq in kept]
+    if append_eos:
+        de = max(d, default=-1) + 1
+        for q, row in enumerate(rel):
+            row.append(+1 * (de + depth[q]))
+        rel.append([-1 * (depth[k] + de) for k in range(len(kept))] + [0])
+        depth.append(de)
+    return depth, rel
+
+
+# ---------------------------------------------------------------- strategies
+
+@st.composite
+def trees(draw, min_n=1, max_n=40, max_roots=3):
+    """Random dependency trees (any shape: non-projective, forests)."""
+    n = draw(st.integers(min_n, max_n))
+    if n == 0:
+        return []
+    order = draw(st.permutations(range(n)))
+    roots = draw(st.integers(1, min(max_roots, n)))
+    heads = [0] * n
+    for i in range(roots, n):
+        heads[order[i]] = order[draw(st.integers(0, i - 1))] + 1
+    return heads
+
+
+@st.composite
+def sentences(draw, min_n=0, max_n=25):
+    """(heads, piece_words): a tree and 1-3 pieces per word."""
+    heads = draw(trees(min_n=min_n, max_n=max_n))
+    counts = draw(st.lists(st.integers(1, 3), min_size=len(heads), max_size=len(heads)))
+    return np.asarray(heads, dtype=np.int64), np.repeat(np.arange(len(heads)), counts)
+
+
+# ---------------------------------------------------------------- depths
+
+def test_figure1_depths():
+    assert tree_depths(FIG1_HEADS).tolist() == [1, 0, 2, 1, 2, 1]
+    assert tree_depths(FIG1_HEADS).dtype == np.int64
+
+
+def test_forest_roots_all_at_depth_zero():
+    #   1 <- 2    3 (root) <- 4 <- 5
+    assert tree_depths([0, 1, 0, 3, 4]).tolist() == [0, 1, 0, 1, 2]
+
+
+def test_depths_of_a_long_chain_are_linear_time():
+    n = 20000
+    heads = [0] + list(range(1, n))  # word i+1 -> word i
+    assert tree_depths(heads).tolist() == list(range(n))
+
+
+@FAST
+@given(trees())
+def test_depths_match_reference(heads):
+    assert tree_depths(heads).tolist() == naive_depths(heads)
+
+
+@pytest.mark.parametrize("heads, words, needle", [
+    ([2, 1, 0], ["a", "b", "c"], "cycle: 1 'a' -> 2 'b' -> 1 'a'"),
+    ([0, 2], ["a", "b"], "cycle: 2 'b' -> 2 'b'"),
+    ([0, 4, 2], None, "out of range 0..3"),
+    ([-1, 0], None, "out of range"),
+    ([2, 3, 1], None, "no root"),
+    ([], None, "no words"),
+    (["1", 0], None, "integers"),
+    ([1.0, 0.0], None, "integers"),
+    ([[0, 1]], None, "flat"),
+])
+def test_check_tree_errors(heads, words, needle):
+    with pytest.raises(StructureError) as err:
+        check_tree(heads, where="here.conllu, sentence 4", words=words)
+    assert needle in str(err.value)
+    assert str(err.value).startswith("here.conllu, sentence 4: ")
+
+
+def test_tree_depths_rejects_cycles_and_bad_heads():
+    for heads in ([2, 3, 1, 0], [0, 7], [3, 0, 1]):
+        with pytest.raises(StructureError):
+            tree_depths(heads)
+
+
+def test_check_tree_accepts_forests_and_non_projective_trees():
+    check_tree([0, 0, 2])
+    # "A hearing is scheduled on the issue today": 'on' -> 'hearing' crosses 'is'->'scheduled'
+    check_tree([2, 4, 4, 0, 2, 7, 5, 4])
+
+
+# ---------------------------------------------------------------- relative positions
+
+def test_figure1_relative_row_for_talk():
+    rel = relative_structural_positions(FIG1_HEADS)
+    assert rel.dtype == np.int64 and rel.shape == (6, 6)
+    assert rel[3].tolist() == [-2, -1, -1, 0, 3, 2]
+    # the paper's text rule d_k - d_q differs only for "a" (a dependent of "talk")
+    text_rule = relative_structural_positions(FIG1_HEADS, rule="text")
+    assert text_rule[3].tolist() == [-2, -1, 1, 0, 3, 2]
+
+
+def test_figure1_full_matrix():
+    assert relative_structural_positions(FIG1_HEADS).tolist() == [
+        [0, 1, 3, 2, 3, 2],
+        [-1, 0, 2, 1, 2, 1],
+        [-3, -2, 0, 1, 4, 3],
+        [-2, -1, -1, 0, 3, 2],
+        [-3, -2, -4, -3, 0, 1],
+        [-2, -1, -3, -2, -1, 0],
+    ]
+
+
+def test_forest_trees_relate_by_rule_two():
+    # two one-word trees and a two-word tree
+    rel = relative_structural_positions([0, 0, 2])
+    assert rel.tolist() == [[0, 0, 1], [0, 0, 1], [-1, -1, 0]]
+
+
+def test_unknown_rule():
+    with pytest.raises(ValueError, match="rule"):
+        relative_structural_positions([0], rule="paper")
+
+
+@FAST
+@given(trees(), st.sampled_from(["figure", "text"]))
+def test_relative_positions_match_reference(heads, rule):
+    rel = relative_structural_positions(heads, rule=rule)
+    assert np.array_equal(rel, naive_rel(heads, rule))
+    assert np.array_equal(rel, -rel.T) and not rel.diagonal().any()
+
+
+# ---------------------------------------------------------------- pieces
+
+@pytest.mark.parametrize("scheme, pieces, words, mapping", [
+    ("subword_nmt", ["un@@", "believ@@", "able", "."], ["unbelievable", "."], [0, 0, 0, 1]),
+    ("subword_nmt", ["a", "b@@", "c"], ["a", "bc"], [0, 1, 1]),
+    ("sentencepiece", ["\u2581un", "believ", "able", "\u2581."], ["unbelievable", "."],
+     [0, 0, 0, 1]),
+    ("sentencepiece", ["un", "\u2581x"], ["un", "x"], [0, 1]),
+    ("sentencepiece", ["\u2581", "1", "2", "\u2581a"], ["12", "a"], [0, 0, 0, 1]),
+    ("none", ["a@@", "\u2581b"], ["a@@", "\u2581b"], [0, 1]),
+    ("subword_nmt", [], [], []),
+])
+def test_pieces_to_words(scheme, pieces, words, mapping):
+    assert words_from_pieces(pieces, scheme) == words
+    m = piece_word_map(pieces, scheme)
+    assert m.dtype == np.int64 and m.tolist() == mapping
+
+
+@pytest.mark.parametrize("scheme, pieces, needle", [
+    ("subword_nmt", ["a", "b@@"], "ends with '@@'"),
+    ("subword_nmt", ["a", ""], "non-empty"),
+    ("sentencepiece", ["\u2581a", "\u2581"], "bare"),
+    ("sentencepiece", ["\u2581", "\u2581a"], "bare"),
+    ("sentencepiece", ["\u2581a\u2581b"], "spans a word boundary"),
+    ("none", ["a", None], "non-empty strings"),
+])
+def test_bad_pieces(scheme, pieces, needle):
+    with pytest.raises(StructureError, match=needle):
+        piece_word_map(pieces, scheme, where="train.en line 3")
+    with pytest.raises(StructureError, match="^train.en line 3: "):
+        words_from_pieces(pieces, scheme, where="train.en line 3")
+
+
+def test_unknown_scheme_is_a_usage_error():
+    with pytest.raises(ValueError, match="scheme") as err:
+        piece_word_map(["a"], "bpe")
+    assert not isinstance(err.value, StructureError)
+
+
+@FAST
+@given(st.lists(st.lists(st.text("abcé.-'", min_size=1, max_size=3), min_size=1, max_size=3),
+                max_size=8),
+       st.booleans())
+def test_segmentations_map_back_to_their_words(segmented, first_marked):
+    words = ["".join(parts) for parts in segmented]
+    mapping = [i for i, parts in enumerate(segmented) for _ in parts]
+    bpe = []
+    spm = []
+    for i, parts in enumerate(segmented):
+        bpe += [p + "@@" for p in parts[:-1]] + [parts[-1]]
+        mark = "\u2581" if i > 0 or first_marked else ""
+        spm += [mark + parts[0]] + parts[1:]
+    for scheme, pieces in (("subword_nmt", bpe), ("sentencepiece", spm)):
+        assert words_from_pieces(pieces, scheme) == words
+        assert piece_word_map(pieces, scheme).tolist() == mapping
+
+
+# ---------------------------------------------------------------- batches
+
+def _assert_batch_matches_reference(batch, rule, append_eos, max_pieces):
+    heads = [h for h, _ in batch]
+    words = [w for _, w in batch]
+    depth, rel, lengths = batch_piece_structure(heads, words, rule, append_eos, max_pieces)
+    assert depth.dtype == rel.dtype == lengths.dtype == torch.int64
+    L = depth.shape[1]
+    assert rel.shape == (len(batch), L, L)
+    assert L == (int(lengths.max()) if len(batch) else 0)
+    for b, (h, w) in enumerate(batch):
+        ref_depth, ref_rel = naive_pieces(h.tolist(), w.tolist(), rule, append_eos, max_pieces)
+        n = len(ref_depth)
+        assert lengths[b] == n
+        assert depth[b, :n].tolist() == ref_depth
+        assert rel[b, :n, :n].tolist() == ref_rel
+        assert not depth[b, n:].any() and not rel[b, n:].any() and not rel[b, :, n:].any()
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(sentences(), min_size=1, max_size=6), st.sampled_from(["figure", "text"]),
+       st.booleans(), st.one_of(st.none(), st.integers(0, 45)))
+def test_batch_matches_per_sentence_reference(batch, rule, append_eos, max_pieces):
+    _assert_batch_matches_reference(batch, rule, append_eos, max_pieces)
+
+
+def test_batch_figure1_with_subwords_truncation_and_eos():
+    # "Bush held a tal@@ k with Sharon": the two pieces of "talk" relate at 0
+    heads = [np.array(FIG1_HEADS)]
+    pieces = [np.array([0, 1, 2, 3, 3, 4, 5])]
+    depth, rel, lengths = batch_piece_structure(heads, pieces)
+    assert lengths.tolist() == [8]
+    assert depth[0].tolist() == [1, 0, 2, 1, 1, 2, 1, 3]  # EOS: max depth 2, + 1
+    assert rel[0, 3].tolist() == [-2, -1, -1, 0, 0, 3, 2, 4]
+    assert rel[0, 4].tolist() == [-2, -1, -1, 0, 0, 3, 2, 4]
+    assert rel[0, 7].tolist() == [-4, -3, -5, -4, -4, -5, -4, 0]
+    # --truncate-source to 3 pieces: EOS keeps the full tree's depth 3
+    depth, rel, lengths = batch_piece_structure(heads, pieces, max_pieces=3)
+    assert lengths.tolist() == [4] and depth[0].tolist() == [1, 0, 2, 3]
+    assert rel[0].tolist() == [[0, 1, 3, 4], [-1, 0, 2, 3], [-3, -2, 0, 5], [-4, -3, -5, 0]]
+
+
+def test_batch_right_pads_and_handles_empty_sentences():
+    heads = [np.array([0]), np.array([], dtype=np.int64), np.array([2, 0, 2])]
+    pieces = [np.array([0]), np.array([], dtype=np.int64), np.array([0, 1, 2, 2])]
+    depth, rel, lengths = batch_piece_structure(heads, pieces)
+    assert lengths.tolist() == [2, 1, 5]
+    assert depth.tolist() == [[0, 1, 0, 0, 0], [0, 0, 0, 0, 0], [1, 0, 1, 1, 2]]
+    assert rel[0].tolist() == [[0, 1, 0, 0, 0], [-1, 0, 0, 0, 0]] + [[0] * 5] * 3
+    assert not rel[1].any()
+    depth, rel, lengths = batch_piece_structure(heads, pieces, append_eos=False)
+    assert lengths.tolist() == [1, 0, 4] and depth.shape == (3, 4)
+    depth, rel, lengths = batch_piece_structure([], [])
+    assert depth.shape == (0, 0) and rel.shape == (0, 0, 0) and lengths.shape == (0,)
+
+
+def test_batch_accepts_lists_and_tensors():
+    a = batch_piece_structure([[2, 0, 4, 2, 6, 2]], [list(range(6))])
+    b = batch_piece_structure([torch.tensor(FIG1_HEADS)], [torch.arange(6)])
+    for x, y in zip(a, b):
+        assert torch.equal(x, y)
+
+
+@pytest.mark.parametrize("heads, pieces, needle", [
+    ([[2, 0]], [[0, 1, 1, 3]], "do not map onto its 2 words"),  # skips a word
+    ([[2, 0]], [[0]], "do not map onto its 2 words"),           # last word has no piece
+    ([[2, 0]], [[1, 1]], "do not map onto"),                     # does not start at 0
+    ([[2, 0]], [[0, 1, 0]], "do not map onto"),                  # goes back
+    ([[0], [2, 0, 2]], [[0], [0, 1]], "batch sentence 1"),
+    ([[0], [3, 0]], [[0], [0, 1]], "batch sentence 1: a HEAD is out of range 0..2"),
+    ([[0], [2, 1, 0]], [[0], [0, 1, 2]], "batch sentence 1: the heads form a cycle"),
+    ([[]], [[0]], "do not map onto its 0 words"),
+])
+def test_batch_rejects_inconsistent_input(heads, pieces, needle):
+    with pytest.raises(StructureError, match=needle):
+        batch_piece_structure([np.asarray(h, dtype=np.int64) for h in heads],
+                              [np.asarray(p, dtype=np.int64) for p in pieces])
+
+
+def test_batch_usage_errors():
+    with pytest.raises(ValueError, match="rule"):
+        batch_piece_structure([[0]], [[0]], rule="x")
+    with pytest.raises(ValueError, match="integer"):
+        batch_piece_structure([np.array([0.5])], [[0]])
+    with pytest.raises(ValueError, match="2 head arrays but 1"):
+        batch_piece_structure([[0], [0]], [[0]])
+
+
+# ---------------------------------------------------------------- purity
+
+def test_structure_imports_neither_fairseq_nor_the_rest_of_the_plugin():
+    for path in STRUCTURE_DIR.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""] if node.level == 0 else []
+            else:
+                continue
+            for name in names:
+                assert name.split(".")[0] not in ("fairseq", "fairseq_posattn"), (path, name)
+

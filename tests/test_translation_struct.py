@@ -1,0 +1,247 @@
+"""fairseq-posattn-preprocess and the translation_struct task: trees beside the
+binarized data, checked against the text, collated like the tokens."""
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import fairseq_posattn  # noqa: F401  (registers the task)
+from fairseq_posattn.structure import StructureError, read_conllu
+
+from conftest import COMMON_ARGS, TINY_MODEL_ARGS, TOY_SIZES, USER_DIR, run, run_cli
+
+SPLITS = ("train", "valid", "test")
+
+
+def bpe_corpus(raw: Path, out: Path, merges: int = 60) -> Path:
+    """Joint subword-nmt BPE of the toy corpus; the trees stay over words."""
+    from subword_nmt.apply_bpe import BPE
+    from subword_nmt.learn_bpe import learn_bpe
+
+    out.mkdir()
+    joint = out / "joint.txt"
+    joint.write_text((raw / "train.en").read_text() + (raw / "train.de").read_text())
+    with open(joint) as text, open(out / "codes", "w") as codes:
+        learn_bpe(text, codes, merges)
+    with open(out / "codes") as codes:
+        bpe = BPE(codes)
+    for split in SPLITS:
+        for lang in ("en", "de"):
+            lines = (raw / f"{split}.{lang}").read_text().splitlines()
+            (out / f"{split}.{lang}").write_text("".join(bpe.process_line(l) + "\n" for l in lines))
+        shutil.copy(raw / f"{split}.en.conllu", out / f"{split}.en.conllu")
+    return out
+
+
+def preprocess(bpe: Path, dest: Path, *extra, check=True):
+    return run(
+        [sys.executable, "-m", "fairseq_posattn.data.preprocess", "--source-lang", "en",
+         "--target-lang", "de", "--trainpref", bpe / "train", "--validpref", bpe / "valid",
+         "--testpref", bpe / "test", "--destdir", dest, "--joined-dictionary",
+         "--workers", "1", *extra],
+        check=check,
+    )
+
+
+@pytest.fixture(scope="module")
+def bpe_dir(toy_raw, tmp_path_factory):
+    return bpe_corpus(toy_raw, tmp_path_factory.mktemp("struct") / "bpe")
+
+
+@pytest.fixture(scope="module")
+def struct_bin(bpe_dir, tmp_path_factory):
+    dest = tmp_path_factory.mktemp("struct-bin")
+    preprocess(bpe_dir, dest)
+    return dest
+
+
+def load_task(data: Path, *flags):
+    """The task as fairseq-train builds it from its command line."""
+    from fairseq import options, tasks
+
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(
+        parser, [str(data), "--task", "translation_struct", "--arch", "transformer_struct",
+                 "--source-lang", "en", "--target-lang", "de", *flags])
+    return tasks.setup_task(args)
+
+
+# --------------------------------------------------------------------------
+# independent reference: piece-level depth and relative positions of one sentence
+# --------------------------------------------------------------------------
+
+
+def reference_structure(heads, piece_words, rule="figure"):
+    n = len(heads)
+
+    def ancestors(i):  # 0-based word i -> set of its ancestors (inclusive)
+        chain = {i}
+        while heads[i] != 0:
+            i = heads[i] - 1
+            chain.add(i)
+        return chain
+
+    depth = [len(ancestors(i)) - 1 for i in range(n)]
+    sign = lambda x: (x > 0) - (x < 0)  # noqa: E731
+
+    def word_rel(q, k):
+        if q in ancestors(k) or k in ancestors(q):
+            return sign(k - q) * abs(depth[k] - depth[q]) if rule == "figure" else depth[k] - depth[q]
+        return sign(k - q) * (depth[k] + depth[q])
+
+    P = len(piece_words)
+    eos_depth = max(depth) + 1
+    d = [depth[w] for w in piece_words] + [eos_depth]
+    rel = np.zeros((P + 1, P + 1), dtype=np.int64)
+    for a in range(P + 1):
+        for b in range(P + 1):
+            if a < P and b < P:
+                rel[a, b] = word_rel(piece_words[a], piece_words[b])
+            elif a != b:
+                rel[a, b] = sign(b - a) * (d[a] + d[b])
+    return np.array(d), rel
+
+
+def pieces_of(line):
+    out, word = [], 0
+    for piece in line.split():
+        out.append(word)
+        if not piece.endswith("@@"):
+            word += 1
+    return out
+
+
+# --------------------------------------------------------------------------
+
+
+def test_preprocess_writes_trees_beside_the_binarized_source(struct_bin, bpe_dir):
+    for split in SPLITS:
+        for name in ("heads", "piece2word"):
+            for ext in ("bin", "idx"):
+                assert (struct_bin / f"{split}.en-de.en.{name}.{ext}").exists()
+    from fairseq.data import data_utils
+
+    heads = data_utils.load_indexed_dataset(str(struct_bin / "valid.en-de.en.heads"), None)
+    pieces = data_utils.load_indexed_dataset(str(struct_bin / "valid.en-de.en.piece2word"), None)
+    trees = list(read_conllu(str(bpe_dir / "valid.en.conllu")))
+    lines = (bpe_dir / "valid.en").read_text().splitlines()
+    assert len(heads) == len(trees) == TOY_SIZES["valid"]
+    for i, (tree, line) in enumerate(zip(trees, lines)):
+        assert heads[i].tolist() == tree.heads
+        assert pieces[i].tolist() == pieces_of(line)
+    assert any("@@" in line for line in lines)  # the BPE really split words
+
+
+@pytest.mark.parametrize("left_pad", [True, False])
+@pytest.mark.parametrize("rule", ["figure", "text"])
+def test_batches_carry_trees_laid_out_like_the_tokens(struct_bin, bpe_dir, left_pad, rule):
+    # fairseq's bool flag with a True default is a store_false switch
+    flags = [] if left_pad else ["--left-pad-source"]
+    task = load_task(struct_bin, *flags, "--structural-relative-rule", rule)
+    assert task.cfg.left_pad_source == left_pad
+    task.load_dataset("valid")
+    dataset = task.dataset("valid")
+    trees = list(read_conllu(str(bpe_dir / "valid.en.conllu")))
+    lines = (bpe_dir / "valid.en").read_text().splitlines()
+    batches = task.get_batch_iterator(dataset, max_sentences=4).next_epoch_itr(shuffle=False)
+    seen = []
+    for batch in batches:
+        net = batch["net_input"]
+        assert net["src_depths"].dtype == torch.long
+        assert net["src_structural_positions"].shape == net["src_tokens"].shape + net["src_tokens"].shape[1:]
+        for row, sentence in enumerate(batch["id"].tolist()):
+            seen.append(sentence)
+            depth, rel = reference_structure(trees[sentence].heads, pieces_of(lines[sentence]), rule)
+            real = net["src_tokens"][row].ne(task.src_dict.pad())
+            cols = real.nonzero().flatten()
+            assert net["src_tokens"][row, cols[-1]] == task.src_dict.eos()
+            assert net["src_depths"][row, cols].tolist() == depth.tolist()
+            block = net["src_structural_positions"][row][cols][:, cols]
+            assert block.tolist() == rel.tolist()
+            assert net["src_depths"][row, ~real].eq(0).all()
+    assert sorted(seen) == list(range(TOY_SIZES["valid"]))
+
+
+def test_truncated_sources_keep_the_trees_prefix(struct_bin, bpe_dir):
+    limit = 6
+    task = load_task(struct_bin, "--truncate-source", "--max-source-positions", str(limit))
+    task.load_dataset("valid")
+    trees = list(read_conllu(str(bpe_dir / "valid.en.conllu")))
+    lines = (bpe_dir / "valid.en").read_text().splitlines()
+    batch = task.dataset("valid").collater([task.dataset("valid")[i] for i in range(4)])
+    net = batch["net_input"]
+    assert net["src_tokens"].size(1) == limit
+    for row, sentence in enumerate(batch["id"].tolist()):
+        depth, rel = reference_structure(trees[sentence].heads, pieces_of(lines[sentence]))
+        keep = min(len(depth) - 1, limit - 1)
+        expected_depth = depth[:keep].tolist() + [depth[-1]]
+        cols = net["src_tokens"][row].ne(task.src_dict.pad()).nonzero().flatten()
+        assert net["src_depths"][row, cols].tolist() == expected_depth
+
+
+def test_trees_that_do_not_match_the_text_are_refused(bpe_dir, tmp_path):
+    broken = tmp_path / "bpe"
+    shutil.copytree(bpe_dir, broken)
+    conllu = (broken / "valid.en.conllu").read_text().split("\n\n")
+    (broken / "valid.en.conllu").write_text("\n\n".join(conllu[:3] + conllu[4:]))  # one tree lost
+    proc = preprocess(broken, tmp_path / "bin", check=False)
+    assert proc.returncode != 0
+    assert "valid.en.conllu" in proc.stderr and "StructureError" in proc.stderr
+
+
+def test_trees_of_other_words_are_refused(bpe_dir, tmp_path):
+    broken = tmp_path / "bpe"
+    shutil.copytree(bpe_dir, broken)
+    lines = (broken / "test.en").read_text().splitlines()
+    lines[2] = lines[2].replace("the", "a", 1) if "the" in lines[2] else "a " + lines[2]
+    (broken / "test.en").write_text("\n".join(lines) + "\n")
+    proc = preprocess(broken, tmp_path / "bin", check=False)
+    assert proc.returncode != 0
+    assert "test.en.conllu" in proc.stderr and "StructureError" in proc.stderr
+
+
+def test_tree_data_of_another_split_is_refused_at_load_time(struct_bin, tmp_path):
+    data = tmp_path / "bin"
+    shutil.copytree(struct_bin, data)
+    for ext in ("bin", "idx"):
+        for name in ("heads", "piece2word"):
+            shutil.copy(data / f"train.en-de.en.{name}.{ext}", data / f"valid.en-de.en.{name}.{ext}")
+    task = load_task(data)
+    with pytest.raises(StructureError, match="split 'valid'"):
+        task.load_dataset("valid")
+
+
+def test_missing_tree_files_say_how_to_make_them(struct_bin, tmp_path):
+    data = tmp_path / "bin"
+    shutil.copytree(struct_bin, data)
+    (data / "test.en-de.en.heads.idx").unlink()
+    task = load_task(data)
+    with pytest.raises(FileNotFoundError, match="fairseq-posattn-preprocess"):
+        task.load_dataset("test")
+
+
+# --------------------------------------------------------------------------
+# end to end through fairseq's CLIs
+# --------------------------------------------------------------------------
+
+
+def test_train_and_generate_with_trees(struct_bin, tmp_path):
+    save = tmp_path / "ckpt"
+    run_cli(
+        "fairseq-train", struct_bin, "--user-dir", USER_DIR, "--task", "translation_struct",
+        "--arch", "transformer_struct", *TINY_MODEL_ARGS, "--optimizer", "adam", "--lr", "1e-3",
+        "--max-tokens", "1000", "--max-update", "4", "--save-dir", save, "--no-progress-bar",
+        *COMMON_ARGS,
+    )
+    gen = run_cli(
+        "fairseq-generate", struct_bin, "--user-dir", USER_DIR, "--task", "translation_struct",
+        "--path", save / "checkpoint_last.pt", "--gen-subset", "test", "--beam", "2",
+        "--max-len-b", "10", "--batch-size", "4", *COMMON_ARGS,
+    )
+    hyps = [line for line in gen.stdout.splitlines() if line.startswith("H-")]
+    assert len(hyps) == TOY_SIZES["test"]
