@@ -122,7 +122,6 @@ def make_batch(settings, dictionary, device):
 def make_trees(lengths, width, seed):
     """Random dependency trees for left-padded sources (one word per piece),
     as ``translation_struct`` collates them."""
-    from .data.tree_dataset import place_like_tokens
     from .structure import batch_piece_structure
 
     rng = np.random.default_rng(seed)
@@ -134,11 +133,8 @@ def make_trees(lengths, width, seed):
             parent[order[rank]] = order[rng.integers(rank)] + 1
         heads.append(parent)
         piece_words.append(np.arange(n))
-    depths, relative, kept = batch_piece_structure(heads, piece_words)
-    return {
-        "src_depths": place_like_tokens(depths, kept, width, left_pad=True),
-        "src_structural_positions": place_like_tokens(relative, kept, width, left_pad=True),
-    }
+    depths, relative, _ = batch_piece_structure(heads, piece_words, left_pad=True, width=width)
+    return {"src_depths": depths, "src_structural_positions": relative}
 
 
 class Runner:

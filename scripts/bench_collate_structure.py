@@ -1,4 +1,4 @@
-"""Throughput of the collater's structure step, ``batch_piece_structure``.
+"""Throughput of the ``translation_struct`` collater and of its structure step.
 
     python scripts/bench_collate_structure.py                 # T~30 pieces, B=100, 1 thread
     python scripts/bench_collate_structure.py --words 50 --batch 64 --max-pieces 48
@@ -6,7 +6,10 @@
 Random dependency trees (random recursive trees, a few forests) of about
 ``--words`` words, 1-3 pieces per word (1.25 on average), EOS appended, as
 the ``translation_struct`` collater calls it.  Prints sentences per second on
-one thread (``torch.set_num_threads(1)``).
+one thread (``torch.set_num_threads(1)``) of ``batch_piece_structure`` alone,
+of fairseq's ``LanguagePairDataset`` collater, and of the whole
+``TreeLanguagePairDataset`` collater (fairseq's + trees laid out like the
+left-padded tokens).
 """
 
 import argparse
@@ -28,6 +31,40 @@ def random_sentence(rng: np.random.Generator, n: int):
     return heads, np.repeat(np.arange(n), pieces)
 
 
+def sentences_per_second(step, batches, batch_size, seconds) -> float:
+    for batch in batches[:3]:  # warm-up
+        step(batch)
+    done, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        step(batches[done % len(batches)])
+        done += 1
+    return done * batch_size / (time.perf_counter() - start)
+
+
+def collaters(batches, vocab_size=1000):
+    """fairseq's collater and ours over the same sentences (random tokens)."""
+    from fairseq.data import Dictionary, LanguagePairDataset
+
+    from fairseq_posattn.data.tree_dataset import TreeLanguagePairDataset
+
+    vocab = Dictionary()
+    for i in range(vocab_size):
+        vocab.add_symbol(str(i))
+    heads = [h for hs, _ in batches for h in hs]
+    words = [w for _, ws in batches for w in ws]
+    tokens = [torch.cat([torch.randint(vocab.nspecial, len(vocab), (len(w),)),
+                         torch.tensor([vocab.eos()])]) for w in words]
+    sizes = np.array([len(t) for t in tokens])
+    pairs = LanguagePairDataset(tokens, sizes, vocab, tokens, sizes, vocab)
+    trees = TreeLanguagePairDataset(pairs, heads, words)
+    size = len(batches[0][0])
+    index_batches = [list(range(i, i + size)) for i in range(0, len(tokens), size)]
+    return {
+        "fairseq LanguagePairDataset.collater": (pairs, index_batches),
+        "TreeLanguagePairDataset.collater": (trees, index_batches),
+    }
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -47,18 +84,15 @@ def main(argv=None) -> None:
                  for _ in range(args.batch)]
         batches.append(([h for h, _ in sents], [w for _, w in sents]))
     pieces = np.mean([len(w) for _, ws in batches for w in ws])
-    for heads, words in batches[:3]:  # warm-up
-        batch_piece_structure(heads, words, args.rule, True, args.max_pieces)
-    done, start = 0, time.perf_counter()
-    while time.perf_counter() - start < args.seconds:
-        heads, words = batches[done % len(batches)]
-        batch_piece_structure(heads, words, args.rule, True, args.max_pieces)
-        done += 1
-    elapsed = time.perf_counter() - start
-    print("batch_piece_structure: %.0f sentences/s (%.1f pieces/sentence, batch %d, "
-          "1 thread, %.2f ms/batch)" % (done * args.batch / elapsed, pieces, args.batch,
-                                        1000 * elapsed / done))
-
+    rate = sentences_per_second(
+        lambda b: batch_piece_structure(b[0], b[1], args.rule, True, args.max_pieces),
+        batches, args.batch, args.seconds)
+    print("batch_piece_structure: %.0f sentences/s (%.1f pieces/sentence, batch %d, 1 thread)"
+          % (rate, pieces, args.batch))
+    for name, (dataset, index_batches) in collaters(batches).items():
+        items = [[dataset[i] for i in indices] for indices in index_batches]
+        rate = sentences_per_second(dataset.collater, items, args.batch, args.seconds)
+        print("%s: %.0f sentences/s" % (name, rate))
 
 if __name__ == "__main__":
     main()

@@ -302,6 +302,25 @@ def test_batch_right_pads_and_handles_empty_sentences():
     assert depth.shape == (0, 0) and rel.shape == (0, 0, 0) and lengths.shape == (0,)
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.lists(sentences(), min_size=1, max_size=5), st.integers(0, 4),
+       st.one_of(st.none(), st.integers(0, 30)))
+def test_batch_left_pads_like_fairseq_tokens(batch, extra_width, max_pieces):
+    """left_pad/width give the right-padded result moved to the right end of each row."""
+    heads, pieces = [h for h, _ in batch], [w for _, w in batch]
+    depth, rel, lengths = batch_piece_structure(heads, pieces, max_pieces=max_pieces)
+    width = depth.shape[1] + extra_width
+    left_depth, left_rel, left_lengths = batch_piece_structure(
+        heads, pieces, max_pieces=max_pieces, left_pad=True, width=width)
+    assert left_depth.shape == (len(batch), width) and torch.equal(left_lengths, lengths)
+    for b, n in enumerate(lengths.tolist()):
+        real = slice(width - n, width)
+        assert torch.equal(left_depth[b, real], depth[b, :n])
+        assert torch.equal(left_rel[b, real, real], rel[b, :n, :n])
+        assert not left_depth[b, : width - n].any()
+        assert not left_rel[b, : width - n].any() and not left_rel[b, :, : width - n].any()
+
+
 def test_batch_accepts_lists_and_tensors():
     a = batch_piece_structure([[2, 0, 4, 2, 6, 2]], [list(range(6))])
     b = batch_piece_structure([torch.tensor(FIG1_HEADS)], [torch.arange(6)])

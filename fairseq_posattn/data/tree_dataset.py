@@ -12,33 +12,9 @@ piece-level depths ``[B, T]`` and relative structural positions ``[B, T, T]``
 from typing import Sequence
 
 import numpy as np
-import torch
 from fairseq.data import BaseWrapperDataset
-from torch import Tensor
 
 from ..structure import StructureError, batch_piece_structure
-
-
-def place_like_tokens(values: Tensor, lengths: Tensor, width: int, left_pad: bool) -> Tensor:
-    """Move right-padded ``values`` (``[B, L]`` or ``[B, L, L]``) into ``width``
-    columns padded like fairseq pads tokens."""
-    batch, length = values.shape[:2]
-    pad = width - length
-    if values.dim() == 2:
-        values = torch.nn.functional.pad(values, (0, pad))
-    else:
-        values = torch.nn.functional.pad(values, (0, pad, 0, pad))
-    if not left_pad:
-        return values
-    # roll each sentence right by its number of pads; the wrapped-around
-    # columns are padding (zeros)
-    shift = width - lengths
-    index = (torch.arange(width)[None, :] - shift[:, None]) % width
-    rows = index.view(batch, width, *([1] * (values.dim() - 2))).expand_as(values)
-    values = values.gather(1, rows)
-    if values.dim() == 3:
-        values = values.gather(2, index[:, None, :].expand_as(values))
-    return values
 
 
 class TreeLanguagePairDataset(BaseWrapperDataset):
@@ -91,15 +67,15 @@ class TreeLanguagePairDataset(BaseWrapperDataset):
                     f"before EOS but {available} pieces in its tree data; the tree data "
                     f"does not belong to this text, rerun fairseq-posattn-preprocess"
                 )
-        depths, relative, lengths = batch_piece_structure(
+        depths, relative, _ = batch_piece_structure(
             [by_id[i]["heads"] for i in ids],
             [by_id[i]["piece_words"] for i in ids],
             rule=self.rule,
             append_eos=True,
             max_pieces=max_pieces,
+            left_pad=self.dataset.left_pad_source,
+            width=net_input["src_tokens"].size(1),
         )
-        width = net_input["src_tokens"].size(1)
-        left_pad = self.dataset.left_pad_source
-        net_input["src_depths"] = place_like_tokens(depths, lengths, width, left_pad)
-        net_input["src_structural_positions"] = place_like_tokens(relative, lengths, width, left_pad)
+        net_input["src_depths"] = depths
+        net_input["src_structural_positions"] = relative
         return batch

@@ -62,7 +62,8 @@ def _check(n_words, flat_heads, n_pieces, flat_pw, piece_pos) -> None:
 
 def batch_piece_structure(heads: Sequence[np.ndarray], piece_words: Sequence[np.ndarray],
                           rule: str = "figure", append_eos: bool = True,
-                          max_pieces: Optional[int] = None
+                          max_pieces: Optional[int] = None, left_pad: bool = False,
+                          width: Optional[int] = None,
                           ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Depths and relative structural positions of the pieces of B sentences.
 
@@ -76,9 +77,11 @@ def batch_piece_structure(heads: Sequence[np.ndarray], piece_words: Sequence[np.
     with depth (the whole tree's maximum depth) + 1 (0 for an empty sentence),
     related to every piece by rule 2, ``sign(k - q) * (d_k + d_q)``.
 
-    Returns right-padded int64 tensors ``depth [B, L]``, ``rel [B, L, L]``
+    Returns int64 tensors ``depth [B, L]``, ``rel [B, L, L]``
     (``rel[b, q, k]``: key k seen from query q, unclipped) and
-    ``lengths [B]``; padding is 0.
+    ``lengths [B]``; padding is 0.  L is the longest sentence, or ``width``
+    if larger; sentences are right-padded, or left-padded with ``left_pad``
+    (fairseq's layout of the source tokens).
     """
     _check_rule(rule)
     if len(heads) != len(piece_words):
@@ -143,12 +146,14 @@ def batch_piece_structure(heads: Sequence[np.ndarray], piece_words: Sequence[np.
     # Piece level: one gather from words (EOS -> word W, padding -> W + 1).
     kept = n_pieces if max_pieces is None else np.minimum(n_pieces, max_pieces)
     lengths = kept + int(append_eos)
-    L = int(lengths.max()) if B else 0
+    L = max(int(lengths.max()) if B else 0, width or 0)
+    offset = L - lengths if left_pad else np.zeros(B, dtype=np.int64)
     keep = np.ones(len(flat_pw), dtype=bool) if max_pieces is None else piece_pos < max_pieces
     word = np.full((B, L), W + 1, dtype=np.int64)
-    word[np.repeat(np.arange(B), n_pieces)[keep], piece_pos[keep]] = flat_pw[keep]
+    sent_p = np.repeat(np.arange(B), n_pieces)[keep]
+    word[sent_p, offset[sent_p] + piece_pos[keep]] = flat_pw[keep]
     if append_eos:
-        word[np.arange(B), kept] = W
+        word[np.arange(B), offset + kept] = W
     rel = rel_words[rows[:, :, None], word[:, :, None], word[:, None, :]]
     return (torch.from_numpy(np.take_along_axis(depth, word, 1)),
             torch.from_numpy(rel).long(), torch.from_numpy(lengths))
