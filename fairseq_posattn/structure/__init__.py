@@ -11,10 +11,17 @@ from .batch import batch_piece_structure
 from .conllu_io import read_conllu, write_conllu
 from .errors import StructureError
 from .pieces import SCHEMES, piece_word_map, words_from_pieces
-from .tree import RULES, DependencyTree, check_tree, relative_structural_positions, tree_depths
+from .tree import (
+    RULES,
+    DependencyTree,
+    check_tree,
+    collapse_multiword_tokens,
+    relative_structural_positions,
+    tree_depths,
+)
 
 __all__ = [
     "RULES", "SCHEMES", "DependencyTree", "StructureError", "batch_piece_structure",
-    "check_tree", "piece_word_map", "read_conllu", "relative_structural_positions",
+    "check_tree", "collapse_multiword_tokens", "piece_word_map", "read_conllu", "relative_structural_positions",
     "tree_depths", "words_from_pieces", "write_conllu",
 ]

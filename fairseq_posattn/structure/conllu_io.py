@@ -16,7 +16,7 @@ import numpy as np
 from conllu.models import TokenList
 
 from .errors import fail, location
-from .tree import DependencyTree, _as_heads, analyse_heads, check_tree
+from .tree import DependencyTree, _as_heads, analyse_heads, check_tree, collapse_multiword_tokens
 
 PathOrFile = Union[str, "os.PathLike[str]", IO[str]]
 
@@ -199,11 +199,11 @@ def _finish(block: _Block, name: Optional[str], text_lines: Optional[Iterator[st
         a, b, _, line = block.ranges[-1]
         raise error("multiword range %d-%d goes past the last word %d" % (a, b, n), _HINT_IDS,
                     line)
-    depths, problem = analyse_heads(np.asarray(block.heads, dtype=np.int64), block.forms)
+    _, problem = analyse_heads(np.asarray(block.heads, dtype=np.int64), block.forms)
     if problem is not None:
         word, what, hint = problem
         raise error(what, hint, block.lines[word] if word >= 0 else first)
-    words, heads, deprels = _collapse(block, depths)
+    words, heads, deprels = _collapse(block)
     tree = DependencyTree(
         words=words, heads=heads,
         deprels=None if all(r == "_" for r in deprels) else deprels,
@@ -218,35 +218,21 @@ def _finish(block: _Block, name: Optional[str], text_lines: Optional[Iterator[st
     return tree
 
 
-def _collapse(block: _Block, depths: np.ndarray) -> Tuple[List[str], List[int], List[str]]:
+def _collapse(block: _Block) -> Tuple[List[str], List[int], List[str]]:
     """Surface-token tree: every multiword range becomes one node."""
     if not block.ranges:
         return block.forms, block.heads, block.deprels
-    n = len(block.forms)
-    node_of = list(range(n))  # 0-based surface node of every syntactic word
-    groups: List[List[int]] = []
+    token_of_word: List[int] = []
     words: List[str] = []
     starts = {a - 1: (b, form) for a, b, form, _ in block.ranges}
     i = 0
-    while i < n:
-        if i in starts:
-            b, form = starts[i]
-            members = list(range(i, b))
-        else:
-            form, members = block.forms[i], [i]
-        for w in members:
-            node_of[w] = len(groups)
-        groups.append(members)
+    while i < len(block.forms):
+        end, form = starts.get(i, (i + 1, block.forms[i]))
+        token_of_word += [len(words)] * (end - i)
         words.append(form)
-        i = members[-1] + 1
-    heads, deprels = [], []
-    for members in groups:
-        # The shallowest member (first on ties) has its head outside the range:
-        # a head inside would be shallower still.
-        rep = min(members, key=lambda w: depths[w])
-        h = block.heads[rep]
-        heads.append(0 if h == 0 else node_of[h - 1] + 1)
-        deprels.append(block.deprels[rep])
+        i = end
+    heads, deprels = collapse_multiword_tokens(len(words), token_of_word, block.heads,
+                                               block.deprels)
     return words, heads, deprels
 
 

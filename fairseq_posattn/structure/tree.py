@@ -171,3 +171,38 @@ def relative_structural_positions(heads: Sequence[int], rule: str = "figure") ->
     same_path = sign * np.abs(dk - dq) if rule == "figure" else dk - dq
     return np.where(on_path, same_path, sign * (dk + dq)).astype(np.int64)
 
+
+def collapse_multiword_tokens(n_tokens: int, token_of_word: Sequence[int],
+                              word_heads: Sequence[int],
+                              word_deprels: Optional[Sequence[str]] = None):
+    """Map a word-level tree (a parser expanded multiword tokens such as
+    ``don't`` -> ``do n't`` or ``zum`` -> ``zu dem``) back onto the surface tokens.
+
+    ``token_of_word[w]`` is the 0-based surface token of 0-based word ``w``
+    (non-decreasing); ``word_heads`` are 1-based word heads (0 = root).  The
+    same rule as :func:`read_conllu` uses for
+    multiword ranges: a token takes the head (mapped to the token holding it)
+    and relation of its member closest to the root (the first on ties), whose
+    head necessarily lies outside the token.  Returns ``(heads, deprels)``
+    over tokens (1-based, 0 = root).  Raises ``StructureError`` when the word
+    tree has a cycle or a bad head.
+    """
+    n_words = len(token_of_word)
+    if len(word_heads) != n_words:
+        raise ValueError("token_of_word and word_heads differ in length")
+    if sorted(set(token_of_word)) != list(range(n_tokens)):
+        raise ValueError("every token needs at least one word, in order")
+    depths = tree_depths(word_heads)
+    best: List[Optional[int]] = [None] * n_tokens
+    for w in range(n_words):
+        t = token_of_word[w]
+        if best[t] is None or depths[w] < depths[best[t]]:
+            best[t] = w
+    heads, deprels = [], ([] if word_deprels is not None else None)
+    for t in range(n_tokens):
+        w = best[t]
+        h = int(word_heads[w])
+        heads.append(0 if h == 0 else token_of_word[h - 1] + 1)
+        if deprels is not None:
+            deprels.append(word_deprels[w])
+    return heads, deprels

