@@ -1,0 +1,98 @@
+"""The structure pipeline on real gold trees: the English side of Parallel
+Universal Dependencies (../shared/data/pud, CoNLL-U) with its German
+translations -> BPE -> fairseq-posattn-preprocess -> transformer_struct ->
+fairseq-generate.  Skipped when ../shared is absent (a fresh clone)."""
+
+import sys
+
+import pytest
+
+from fairseq_posattn.structure import read_conllu, write_conllu
+
+from conftest import COMMON_ARGS, REPO, TINY_MODEL_ARGS, USER_DIR, run, run_cli
+from test_translation_struct import reference_structure
+
+PUD = REPO.parent / "shared" / "data" / "pud"
+pytestmark = pytest.mark.skipif(not PUD.is_dir(), reason="../shared/data/pud is not here")
+
+SPLITS = {"train": slice(0, 900), "valid": slice(900, 950), "test": slice(950, 1000)}
+
+
+@pytest.fixture(scope="module")
+def pud_bin(tmp_path_factory):
+    from subword_nmt.apply_bpe import BPE
+    from subword_nmt.learn_bpe import learn_bpe
+
+    english = list(read_conllu(str(PUD / "en_pud-ud-test.conllu")))
+    german = list(read_conllu(str(PUD / "de_pud-ud-test.conllu")))
+    assert len(english) == len(german) == 1000
+    assert [t.sent_id for t in english] == [t.sent_id for t in german]
+    work = tmp_path_factory.mktemp("pud")
+    joint = work / "joint.txt"
+    joint.write_text("".join(" ".join(t.words) + "\n" for t in english[:900] + german[:900]))
+    with open(joint) as text, open(work / "codes", "w") as codes:
+        learn_bpe(text, codes, 2000)
+    with open(work / "codes") as codes:
+        bpe = BPE(codes)
+    for split, rows in SPLITS.items():
+        write_conllu(english[rows], str(work / f"{split}.en.conllu"))
+        for lang, trees in (("en", english), ("de", german)):
+            (work / f"{split}.{lang}").write_text(
+                "".join(bpe.process_line(" ".join(t.words)) + "\n" for t in trees[rows]))
+    dest = work / "bin"
+    run([sys.executable, "-m", "fairseq_posattn.data.preprocess", "--source-lang", "en",
+         "--target-lang", "de", *[f"--{s}pref={work / s}" for s in SPLITS],
+         "--destdir", dest, "--joined-dictionary", "--workers", "1"])
+    return work, dest, english
+
+
+def test_every_pud_sentence_gets_its_tree(pud_bin):
+    from fairseq.data import data_utils
+
+    work, dest, english = pud_bin
+    for split, rows in SPLITS.items():
+        heads = data_utils.load_indexed_dataset(str(dest / f"{split}.en-de.en.heads"), None)
+        tokens = data_utils.load_indexed_dataset(str(dest / f"{split}.en-de.en"), None)
+        pieces = data_utils.load_indexed_dataset(str(dest / f"{split}.en-de.en.piece2word"), None)
+        trees = english[rows]
+        assert len(heads) == len(tokens) == len(trees)
+        for i, tree in enumerate(trees):
+            assert heads[i].tolist() == tree.heads
+            assert len(pieces[i]) + 1 == tokens.sizes[i]
+            assert pieces[i][-1] == len(tree.words) - 1
+
+
+def test_translation_struct_batches_match_the_gold_trees(pud_bin):
+    from fairseq import options, tasks
+
+    work, dest, english = pud_bin
+    args = options.parse_args_and_arch(options.get_training_parser(), [
+        str(dest), "--task", "translation_struct", "--arch", "transformer_struct",
+        "--source-lang", "en", "--target-lang", "de"])
+    task = tasks.setup_task(args)
+    task.load_dataset("test")
+    dataset = task.dataset("test")
+    lines = (work / "test.en").read_text().splitlines()
+    for batch in task.get_batch_iterator(dataset, max_sentences=16).next_epoch_itr(shuffle=False):
+        net = batch["net_input"]
+        for row, sentence in enumerate(batch["id"].tolist()):
+            word, piece_words = 0, []
+            for piece in lines[sentence].split():
+                piece_words.append(word)
+                word += not piece.endswith("@@")
+            depth, rel = reference_structure(english[950 + sentence].heads, piece_words)
+            cols = net["src_tokens"][row].ne(task.src_dict.pad()).nonzero().flatten()
+            assert net["src_depths"][row, cols].tolist() == depth.tolist()
+            assert net["src_structural_positions"][row][cols][:, cols].tolist() == rel.tolist()
+
+
+def test_train_and_generate_on_pud(pud_bin, tmp_path):
+    work, dest, _ = pud_bin
+    run_cli("fairseq-train", dest, "--user-dir", USER_DIR, "--task", "translation_struct",
+            "--arch", "transformer_struct", *TINY_MODEL_ARGS, "--optimizer", "adam",
+            "--lr", "1e-3", "--max-tokens", "2000", "--max-update", "3",
+            "--save-dir", tmp_path, "--no-progress-bar", *COMMON_ARGS)
+    gen = run_cli("fairseq-generate", dest, "--user-dir", USER_DIR, "--task", "translation_struct",
+                  "--path", tmp_path / "checkpoint_last.pt", "--gen-subset", "test",
+                  "--beam", "2", "--max-len-b", "5", "--batch-size", "16", *COMMON_ARGS)
+    assert sum(line.startswith("H-") for line in gen.stdout.splitlines()) == 50
