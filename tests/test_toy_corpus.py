@@ -1,6 +1,7 @@
 """Tests of the synthetic toy corpus (fairseq_posattn.data.toy_corpus)."""
 
 import collections
+import dataclasses
 
 import conllu
 import pytest
@@ -37,11 +38,22 @@ def test_deterministic_for_a_seed():
         tc.generate_splits({"train": 20, "test": 5}, seed=3)
 
 
-def test_unique_sentences_and_disjoint_splits():
+def tree_key(ex):
+    return ex.src, ex.heads, ex.deprels
+
+
+def test_unique_examples_and_disjoint_splits():
     splits = tc.generate_splits({"train": 300, "valid": 40, "test": 40}, seed=2)
     assert {k: len(v) for k, v in splits.items()} == {"train": 300, "valid": 40, "test": 40}
-    sources = [ex.src for exs in splits.values() for ex in exs]
-    assert len(sources) == len(set(sources))
+    keys = [tree_key(ex) for exs in splits.values() for ex in exs]
+    assert len(keys) == len(set(keys))  # no (source, tree) twice, so none across splits
+    train = {tree_key(ex) for ex in splits["train"]}
+    assert not train & {tree_key(ex) for ex in splits["test"] + splits["valid"]}
+
+
+def is_projective(heads):
+    arcs = [sorted((i, h)) for i, h in enumerate(heads, start=1) if h]
+    return not any(a < c < b < d for a, b in arcs for c, d in arcs)
 
 
 @settings(max_examples=30, deadline=None)
@@ -51,6 +63,7 @@ def test_trees_are_valid_and_ud_like(seed):
         n = len(ex.src)
         assert n == len(ex.heads) == len(ex.deprels) == len(ex.upos) == len(ex.lemmas)
         root = check_tree(ex.heads)
+        assert is_projective(ex.heads), ex.src
         assert ex.deprels[root - 1] == "root"
         assert ex.upos[root - 1] == "VERB"
         assert ex.src[-1] == "." and ex.heads[-1] == root
@@ -106,6 +119,127 @@ def test_english_article_agrees_with_next_word():
         for i, w in enumerate(ex.src[:-1]):
             if w in ("a", "an"):
                 assert (w == "an") == (ex.src[i + 1][0] in "aeiou"), ex.src
+
+
+def test_same_source_string_with_two_trees_and_two_targets():
+    """The generator itself makes some sentence with both attachments."""
+    by_src = collections.defaultdict(dict)
+    for ex in tc.generate_examples(20000, seed=1):
+        by_src[ex.src][ex.heads] = ex
+    pairs = [list(v.values())[:2] for v in by_src.values() if len(v) > 1]
+    assert pairs
+    for a, b in pairs:
+        assert a.heads != b.heads and a.tgt != b.tgt
+        assert b in tc.readings(a)
+
+
+def example(src, heads, deprels, upos):
+    """A ToyExample from a hand-written tree (lemmas: verbs by hand)."""
+    lemmas = [{"sees": "see", "has": "have", "sleeps": "sleep", "sings": "sing",
+               "comes": "come", "seen": "see"}.get(w, w) for w in src.split()]
+    return tc.ToyExample(tuple(src.split()), tuple(heads), (), tuple(deprels.split()),
+                         tuple(upos.split()), tuple(lemmas))
+
+
+def test_pp_attachment_decides_the_german_order():
+    src = "the child sees the man with the dog ."
+    rels = "det nsubj root det obj case det {} punct"
+    upos = "DET NOUN VERB DET NOUN ADP DET NOUN PUNCT"
+    noun = example(src, [2, 3, 0, 5, 3, 8, 8, 5, 3], rels.format("nmod"), upos)
+    verb = example(src, [2, 3, 0, 5, 3, 8, 8, 3, 3], rels.format("obl"), upos)
+    assert " ".join(tc.target_from_tree(noun)) == "das Kind sieht den Mann mit dem Hund ."
+    assert " ".join(tc.target_from_tree(verb)) == "das Kind sieht mit dem Hund den Mann ."
+    # in a subordinate clause with a participle as well
+    src = "the cat sleeps because the child has seen the man with the dog ."
+    rels = "det nsubj root mark det nsubj aux advcl det obj case det {} punct"
+    upos = "DET NOUN VERB SCONJ DET NOUN AUX VERB DET NOUN ADP DET NOUN PUNCT"
+    noun = example(src, [2, 3, 0, 8, 6, 8, 8, 3, 10, 8, 13, 13, 10, 3],
+                   rels.format("nmod"), upos)
+    verb = example(src, [2, 3, 0, 8, 6, 8, 8, 3, 10, 8, 13, 13, 8, 3],
+                   rels.format("obl"), upos)
+    assert " ".join(tc.target_from_tree(noun)) == \
+        "die Katze schlaeft , weil das Kind den Mann mit dem Hund gesehen hat ."
+    assert " ".join(tc.target_from_tree(verb)) == \
+        "die Katze schlaeft , weil das Kind mit dem Hund den Mann gesehen hat ."
+
+
+def test_relative_pronoun_agrees_with_the_attachment():
+    src = "the dog of the woman that sings sleeps ."
+    rels = "det nsubj case det nmod nsubj acl:relcl root punct"
+    upos = "DET NOUN ADP DET NOUN PRON VERB VERB PUNCT"
+    to_woman = example(src, [2, 8, 5, 5, 2, 7, 5, 0, 8], rels, upos)
+    to_dog = example(src, [2, 8, 5, 5, 2, 7, 2, 0, 8], rels, upos)
+    assert " ".join(tc.target_from_tree(to_woman)) == \
+        "der Hund von der Frau , die singt , schlaeft ."
+    assert " ".join(tc.target_from_tree(to_dog)) == \
+        "der Hund von der Frau , der singt , schlaeft ."
+
+
+def test_final_adverb_goes_to_the_middle_field_of_its_clause():
+    src = "the man comes when the cat sings again ."
+    rels = "det nsubj root mark det nsubj advcl advmod punct"
+    upos = "DET NOUN VERB SCONJ DET NOUN VERB ADV PUNCT"
+    main = example(src, [2, 3, 0, 7, 6, 7, 3, 3, 3], rels, upos)
+    sub = example(src, [2, 3, 0, 7, 6, 7, 3, 7, 3], rels, upos)
+    assert " ".join(tc.target_from_tree(main)) == \
+        "der Mann kommt wieder , wenn die Katze singt ."
+    assert " ".join(tc.target_from_tree(sub)) == \
+        "der Mann kommt , wenn die Katze wieder singt ."
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(min_value=0, max_value=2**31 - 1))
+def test_target_is_a_function_of_the_tree(seed):
+    """Rebuilt from heads, relations, tags and lemmas alone (the CoNLL-U
+    columns), the tree gives back the generated target."""
+    for ex in tc.generate_examples(20, seed=seed):
+        blind = dataclasses.replace(ex, src=("x",) * len(ex.src), tgt=())
+        assert tc.target_from_tree(blind) == ex.tgt
+        sent = conllu.parse(tc.to_conllu(ex))[0]
+        parsed = tc.ToyExample(
+            src=(), tgt=(), heads=tuple(t["head"] for t in sent),
+            deprels=tuple(t["deprel"] for t in sent),
+            upos=tuple(t["upos"] for t in sent), lemmas=tuple(t["lemma"] for t in sent))
+        assert tc.target_from_tree(parsed) == ex.tgt
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(min_value=0, max_value=2**31 - 1))
+def test_readings_share_the_source_and_differ_in_tree_and_target(seed):
+    for ex in tc.generate_examples(20, seed=seed):
+        alts = tc.readings(ex)
+        assert alts[0] == ex
+        assert len(alts) == 2 ** len(tc.ambiguity_kinds(ex))
+        assert len({a.heads for a in alts}) == len({a.tgt for a in alts}) == len(alts)
+        keys = {tree_key(a) for a in alts}
+        for alt in alts:
+            assert alt.src == ex.src and alt.lemmas == ex.lemmas
+            check_tree(alt.heads)
+            assert is_projective(alt.heads)
+            assert tc.target_from_tree(alt) == alt.tgt
+            assert {tree_key(a) for a in tc.readings(alt)} == keys
+            assert sorted(tc.ambiguity_kinds(alt)) == sorted(tc.ambiguity_kinds(ex))
+
+
+def test_share_of_ambiguous_sentences_and_balanced_attachments():
+    exs = tc.generate_examples(3000, seed=4)
+    kinds = [tc.ambiguity_kinds(ex) for ex in exs]
+    share = sum(bool(k) for k in kinds) / len(exs)
+    assert 0.45 < share < 0.65, share
+    per_kind = collections.Counter(k for ks in kinds for k in set(ks))
+    assert 0.35 < per_kind["pp"] / len(exs) < 0.5, per_kind
+    assert 0.08 < per_kind["rel"] / len(exs) < 0.17, per_kind
+    assert 0.05 < per_kind["adv"] / len(exs) < 0.11, per_kind
+    # the attachment is a coin flip: each side about half of the time
+    sides = collections.Counter()
+    for ex in exs:
+        for kind, node in tc._flip_points(tc._tree_from_example(ex)):
+            head_rel = node.head.deprel
+            side = {"pp": node.deprel, "rel": head_rel, "adv": head_rel}[kind]
+            sides[kind, side] += 1
+    for kind, first in (("pp", "nmod"), ("rel", "nmod"), ("adv", "advcl")):
+        total = sum(v for (k, _), v in sides.items() if k == kind)
+        assert total > 150 and 0.4 < sides[kind, first] / total < 0.6, sides
 
 
 def test_detokenize():

@@ -1,44 +1,88 @@
 """A small synthetic English -> "German-like" parallel corpus with dependency trees.
 
 The corpus is made by the project itself (no external data) for the quickstart
-and the end-to-end tests.  It is deterministic for a given seed.
+and the end-to-end tests.  It is deterministic for a given seed.  It is
+*syntax-sensitive*: the same English string can come from different trees,
+and the target depends on the tree, so a model that sees the gold source trees
+can translate what a model that sees only the words has to guess.
 
 How a sentence is made
 ----------------------
 1. A small probabilistic grammar samples an *unordered* dependency tree: a main
-   clause (subject, verb, optional object, adverb, prepositional phrase,
+   clause (subject, verb, optional object, adverbs, prepositional phrase,
    perfect tense auxiliary), optionally a subordinate clause ("because",
    "when", ...) placed after or in front of the main clause, noun phrases with
-   determiners, adjectives, a prepositional modifier or a relative clause
-   (subject or object relative).  Verbs select their subjects and objects by
-   semantic class (people and animals read, eat, see; food is eaten, ...).
+   determiners, adjectives, a prepositional modifier, "the N of the N" or a
+   relative clause (subject or object relative).  Verbs select their subjects
+   and objects by semantic class (people and animals read, eat, see; food is
+   eaten, ...).
 2. English linearisation rules give the source sentence and its UD-style tree
    (heads 1-based, 0 = root; the main verb is the root, determiners and
    adjectives attach to nouns, a preposition attaches to its noun (``case``),
    the noun to the verb (``obl``) or to a noun (``nmod``), auxiliaries and
    subordinators attach to their verb, a subordinate clause's verb to the main
    verb (``advcl``), a relative clause's verb to its noun (``acl:relcl``)).
+   "often"/"always" stand before the verb, "today"/"again"/"there" end their
+   clause, a main clause's ones after a following subordinate clause.  Every
+   tree is projective.
 3. German-like linearisation rules over the *same tree* give the target:
    a bilingual lexicon, case from the dependency relation (``nsubj`` ->
    nominative, ``obj`` -> accusative, under a preposition -> dative) and
    gender from the head noun decide determiners, adjective endings and
    relative pronouns; word order depends on the tree: the finite verb is in
    second position in main clauses (so a fronted subordinate clause inverts
-   subject and verb), participles go to the end of their clause, and the
-   finite verb goes to the end of subordinate and relative clauses, which
-   are set off by commas.
+   subject and verb), participles go to the end of their clause, the finite
+   verb goes to the end of subordinate and relative clauses, which are set
+   off by commas, and the middle field is: adverbs, the verb's prepositional
+   phrases (``obl``), the object with its modifiers.  The target is a
+   function of the tree and the lexicon (:func:`target_from_tree`).
 
-Examples (source / heads / target; ``generate_examples(8, seed=3)``)::
+Ambiguity
+---------
+Three constructions have two trees for one English string, chosen by a coin
+flip that does not look at the words (so nothing but the tree tells them
+apart), with different targets (:func:`readings` lists them,
+:func:`ambiguity_kinds` names them):
 
-    if the bird eats a red apple , the happy child has read the letter .
-    4 3 4 13 7 7 4 4 11 11 13 13 0 15 13 13
-    falls der Vogel einen roten Apfel isst , hat das glueckliche Kind den Brief gelesen .
+* ``pp``: a prepositional phrase after an object belongs to the object
+  (``nmod``, stays after it in German) or to the verb (``obl``, goes before the
+  object).  A plain object is followed by one in 60% of clauses.
+* ``rel``: a relative clause after "the N of the N" belongs to either noun;
+  the two nouns differ in gender, so the German relative pronoun differs.
+* ``adv``: a clause-final adverb after a following subordinate clause belongs
+  to the main verb or to the subordinate verb; it goes to that clause's
+  middle field in German.
 
-    the child that the cat sees has come .
-    2 8 6 5 6 2 8 0 8
-    das Kind , das die Katze sieht , ist gekommen .
+About half of the sentences contain at least one of them (the quickstart's
+6000/300/300 split with seed 1: 52% of train, 54% of test; pp ~42%, rel
+~12%, adv ~8%).  A model without trees can only guess there: on that test
+split, giving every ambiguous construction the same attachment (or a random
+one) instead of the gold one scores BLEU ~90 against the gold targets.
 
-The splits of one call are disjoint (no source sentence occurs twice).
+Examples (source / heads / target; ``readings`` of examples of
+``generate_examples(3000, seed=3)``)::
+
+    the teacher eats the cake behind the table .
+    2 3 0 5 3 8 8 5 3      (nmod: the cake behind the table)
+    der Lehrer isst den Kuchen hinter dem Tisch .
+    2 3 0 5 3 8 8 3 3      (obl: eats behind the table)
+    der Lehrer isst hinter dem Tisch den Kuchen .
+
+    the dog of the old woman that sings sleeps .
+    2 9 6 6 6 2 8 6 0 9    (the woman sings)
+    der Hund von der alten Frau , die singt , schlaeft .
+    2 9 6 6 6 2 8 2 0 9    (the dog sings)
+    der Hund von der alten Frau , der singt , schlaeft .
+
+    the teacher likes the house because the girl sleeps again .
+    2 3 0 5 3 9 8 9 3 9 3  (sleeps again)
+    der Lehrer mag das Haus , weil das Maedchen wieder schlaeft .
+    2 3 0 5 3 9 8 9 3 3 3  (likes again)
+    der Lehrer mag wieder das Haus , weil das Maedchen schlaeft .
+
+Examples are unique by (source string, tree): the splits of one call are
+disjoint in that sense, and no valid or test source string occurs in train
+with the same tree (it may occur there with its other tree).
 """
 
 import argparse
@@ -57,6 +101,9 @@ __all__ = [
     "write_split",
     "write_corpus",
     "cli_main",
+    "target_from_tree",
+    "readings",
+    "ambiguity_kinds",
 ]
 
 # --------------------------------------------------------------------------
@@ -141,6 +188,7 @@ _VERBS: Tuple[_Verb, ...] = (
     _Verb("run", "runs", "run", "laeuft", "gelaufen", "ist", _ANIMATE, ()),
     _Verb("come", "comes", "come", "kommt", "gekommen", "ist", _ANIMATE, ()),
 )
+_VERB_BY_LEMMA: Dict[str, _Verb] = {v.lemma: v for v in _VERBS}
 
 _THINGS = ("thing", "food", "reading", "place")
 # english adjective: (german stem, noun classes it modifies)
@@ -155,24 +203,35 @@ _ADJECTIVES: Dict[str, Tuple[str, Tuple[str, ...]]] = {
     "black": ("schwarz", ("animal", "thing")),
 }
 
-_ADVERBS: Dict[str, str] = {
+# Adverbs that stand before the English verb ("the dog often sleeps") and
+# adverbs that close the English clause ("the dog sleeps today").  In German
+# both open the middle field, right after the finite verb (main clause) or
+# the subject (subordinate and relative clauses).
+_PRE_ADVERBS: Dict[str, str] = {
     "often": "oft",
-    "today": "heute",
     "always": "immer",
-    "again": "wieder",
 }
+_FINAL_ADVERBS: Dict[str, str] = {
+    "today": "heute",
+    "again": "wieder",
+    "there": "dort",
+}
+_ADVERBS: Dict[str, str] = {**_PRE_ADVERBS, **_FINAL_ADVERBS}
 
-# preposition: (german, classes of its noun); all take the dative here
-_VERB_PREPS: Dict[str, Tuple[str, Tuple[str, ...]]] = {
+# preposition: (german, classes of its noun); all take the dative here.  Every
+# one of them can modify a noun (nmod) or a verb (obl), and which one it does is
+# drawn independently of the words, so only the tree tells them apart.
+_PREPS: Dict[str, Tuple[str, Tuple[str, ...]]] = {
+    "with": ("mit", ("person", "animal", "thing")),
     "in": ("in", ("place",)),
     "near": ("neben", ("place", "thing")),
     "behind": ("hinter", ("place", "thing")),
-    "with": ("mit", ("person", "animal")),
-}
-_NOUN_PREPS: Dict[str, Tuple[str, Tuple[str, ...]]] = {
-    "with": ("mit", ("thing", "animal")),
     "from": ("aus", ("place",)),
 }
+# "the friend of the teacher" -> "der Freund von dem Lehrer" (nmod, dative)
+_OF = ("of", "von")
+_ADP_DE: Dict[str, str] = {**{en: de for en, (de, _) in _PREPS.items()},
+                           _OF[0]: _OF[1]}
 
 _SUBORDINATORS: Dict[str, str] = {
     "because": "weil",
@@ -195,6 +254,21 @@ _ADJ_END_INDEF = {"nom": {"m": "er", "f": "e", "n": "es"},
                   "acc": {"m": "en", "f": "e", "n": "es"},
                   "dat": {"m": "en", "f": "en", "n": "en"}}
 _REL_PRON = _DEF  # nominative/accusative relative pronouns = definite articles
+
+# Probabilities of the grammar (per clause / noun phrase).
+_P_PERFECT = 0.3        # "has seen" instead of "sees"
+_P_PRE_ADV = 0.15       # "often"/"always" before the verb
+_P_FINAL_ADV = 0.2      # "today"/"again"/"there" at the end of the clause
+_P_OBJ_PP = 0.6         # a PP after a (plain) object: attached to it or to the verb
+_P_NMOD = 0.5           # ... of which attached to the object noun
+_P_INTRANS_PP = 0.3     # a PP (obl) in a clause without an object
+_P_SUBJ_PP = 0.1        # "the man with the dog sees ..." (unambiguous)
+_P_OF = 0.15            # "the friend of the teacher" (animate nouns, main clause)
+_P_OF_REL = 0.7         # ... followed by a relative clause on either noun
+_P_REL = 0.12           # a relative clause on a noun (main clause)
+_P_SUBJ_REL = 0.6       # subject relative ("that sleeps") vs object relative
+_P_ADVCL = 0.35         # a subordinate clause
+_P_FRONTED = 0.35       # ... placed before the main clause
 
 
 def _nouns_of(classes: Sequence[str]) -> List[str]:
@@ -231,6 +305,11 @@ class _Node:
         self.children.append(child)
         return child
 
+    def detach(self) -> "_Node":
+        self.head.children.remove(self)
+        self.head = None
+        return self
+
     def child(self, *deprels) -> Optional["_Node"]:
         for c in self.children:
             if c.deprel in deprels:
@@ -239,6 +318,37 @@ class _Node:
 
     def all(self, *deprels) -> List["_Node"]:
         return [c for c in self.children if c.deprel in deprels]
+
+    def pp_nmod(self) -> Optional["_Node"]:
+        """The prepositional (not "of") noun modifier of a noun, if any."""
+        for c in self.all("nmod"):
+            if c.child("case").lemma != _OF[0]:
+                return c
+        return None
+
+    def final_advs(self) -> List["_Node"]:
+        return [c for c in self.all("advmod") if c.lemma in _FINAL_ADVERBS]
+
+
+def _make_noun(en: str, deprel: str, definite: bool) -> _Node:
+    de, gender, _ = _NOUNS[en]
+    noun = _Node(en, en, "NOUN", deprel)
+    noun.de, noun.gender, noun.definite = de, gender, definite
+    det = "the" if definite else "a"
+    noun.add(_Node(det, det, "DET", "det"))
+    return noun
+
+
+def _make_adp(en: str) -> _Node:
+    node = _Node(en, en, "ADP", "case")
+    node.de = _ADP_DE[en]
+    return node
+
+
+def _make_adv(en: str) -> _Node:
+    node = _Node(en, en, "ADV", "advmod")
+    node.de = _ADVERBS[en]
+    return node
 
 
 class _Grammar:
@@ -249,34 +359,44 @@ class _Grammar:
         return self.rng.random() < prob
 
     def choice(self, seq):
+        seq = list(seq)
         return seq[self.rng.randrange(len(seq))]
 
     # noun phrases ---------------------------------------------------------
 
-    def noun_phrase(self, classes, deprel, nested: bool, allow_rel: bool) -> _Node:
-        en = self.choice(_nouns_of(classes))
-        de, gender, sem = _NOUNS[en]
-        noun = _Node(en, en, "NOUN", deprel)
-        noun.de, noun.gender = de, gender
-        noun.definite = self.p(0.7)
-        det = "the" if noun.definite else "a"
-        noun.add(_Node(det, det, "DET", "det"))
+    def bare_noun(self, classes, deprel: str, genders=("m", "f", "n")) -> _Node:
+        """Determiner, adjectives and noun, no modifiers."""
+        en = self.choice(n for n in _nouns_of(classes) if _NOUNS[n][1] in genders)
+        noun = _make_noun(en, deprel, definite=self.p(0.7))
         if self.p(0.35):
+            sem = _NOUNS[en][2]
             adjs = [a for a, (_, cls) in _ADJECTIVES.items() if sem in cls]
             first = self.choice(adjs)
             noun.add(self._adj(first))
             if self.p(0.15):
                 second = self.choice([a for a in adjs if a != first])
                 noun.add(self._adj(second))
-        if not nested:
-            if self.p(0.12):
-                prep = self.choice(list(_NOUN_PREPS))
-                pde, pcls = _NOUN_PREPS[prep]
-                pobj = self.noun_phrase(pcls, "nmod", nested=True, allow_rel=False)
-                pobj.add(_Node(prep, prep, "ADP", "case")).de = pde
-                noun.add(pobj)
-            elif allow_rel and self.p(0.15):
-                noun.add(self.relative_clause(noun))
+        return noun
+
+    def noun_phrase(self, classes, deprel, allow_rel: bool, allow_pp: bool) -> _Node:
+        noun = self.bare_noun(classes, deprel)
+        sem = _NOUNS[noun.lemma][2]
+        if allow_rel and sem in _ANIMATE and self.p(_P_OF):
+            # "the friend of the teacher (that sleeps)": the second noun has
+            # another gender, so the German relative pronoun shows which noun
+            # the relative clause belongs to.
+            other = self.bare_noun(
+                _ANIMATE, "nmod", genders=[g for g in "mfn" if g != noun.gender])
+            other.children.insert(0, _make_adp(_OF[0]))
+            other.children[0].head = other
+            noun.add(other)
+            if self.p(_P_OF_REL):
+                antecedent = noun if self.p(0.5) else other
+                antecedent.add(self.relative_clause(antecedent, [noun, other]))
+        elif allow_rel and self.p(_P_REL):
+            noun.add(self.relative_clause(noun, [noun]))
+        elif allow_pp and self.p(_P_SUBJ_PP):
+            noun.add(self.prep_phrase("nmod"))
         return noun
 
     @staticmethod
@@ -286,16 +406,16 @@ class _Grammar:
         return node
 
     def prep_phrase(self, deprel: str) -> _Node:
-        prep = self.choice(list(_VERB_PREPS))
-        pde, pcls = _VERB_PREPS[prep]
-        noun = self.noun_phrase(pcls, deprel, nested=True, allow_rel=False)
-        noun.add(_Node(prep, prep, "ADP", "case")).de = pde
+        prep = self.choice(_PREPS)
+        noun = self.bare_noun(_PREPS[prep][1], deprel)
+        noun.children.insert(0, _make_adp(prep))
+        noun.children[0].head = noun
         return noun
 
     # clauses ---------------------------------------------------------------
 
-    def _verb_node(self, verb: _Verb, deprel: str, perfect: bool) -> _Node:
-        if perfect:
+    def _verb_node(self, verb: _Verb, deprel: str) -> _Node:
+        if self.p(_P_PERFECT):
             node = _Node(verb.en_part, verb.lemma, "VERB", deprel)
             node.add(_Node("has", "have", "AUX", "aux")).de = verb.de_aux
         else:
@@ -303,53 +423,56 @@ class _Grammar:
         node.verb = verb
         return node
 
-    def _clause_dependents(self, v: _Node, allow_rel: bool) -> None:
-        if self.p(0.25):
-            adv = self.choice(list(_ADVERBS))
-            v.add(_Node(adv, adv, "ADV", "advmod")).de = _ADVERBS[adv]
-        if self.p(0.3):
-            v.add(self.prep_phrase("obl"))
-
     def clause(self, deprel: str, allow_rel: bool) -> _Node:
         verb = self.choice(_VERBS)
-        v = self._verb_node(verb, deprel, perfect=self.p(0.3))
-        v.add(self.noun_phrase(verb.subj_classes, "nsubj", nested=False,
-                               allow_rel=allow_rel))
+        v = self._verb_node(verb, deprel)
+        v.add(self.noun_phrase(verb.subj_classes, "nsubj", allow_rel, allow_pp=True))
+        obj = None
         if verb.obj_classes:
-            v.add(self.noun_phrase(verb.obj_classes, "obj", nested=False,
-                                   allow_rel=allow_rel))
-        self._clause_dependents(v, allow_rel)
+            obj = v.add(self.noun_phrase(verb.obj_classes, "obj", allow_rel,
+                                         allow_pp=False))
+        if self.p(_P_PRE_ADV):
+            v.add(_make_adv(self.choice(_PRE_ADVERBS)))
+        if self.p(_P_FINAL_ADV):
+            v.add(_make_adv(self.choice(_FINAL_ADVERBS)))
+        if obj is not None:
+            # "sees the man with the telescope": same English words either way
+            if not obj.all("nmod", "acl:relcl") and self.p(_P_OBJ_PP):
+                if self.p(_P_NMOD):
+                    obj.add(self.prep_phrase("nmod"))
+                else:
+                    v.add(self.prep_phrase("obl"))
+        elif self.p(_P_INTRANS_PP):
+            v.add(self.prep_phrase("obl"))
         return v
 
-    def relative_clause(self, antecedent: _Node) -> _Node:
-        sem = _NOUNS[antecedent.form][2]
-        subject_rel = sem in _ANIMATE and self.p(0.6)
+    def relative_clause(self, antecedent: _Node, nouns: Sequence[_Node]) -> _Node:
+        """A relative clause on ``antecedent`` that would fit every noun in ``nouns``."""
+        sems = {_NOUNS[n.lemma][2] for n in nouns}
+        subject_rel = all(s in _ANIMATE for s in sems) and self.p(_P_SUBJ_REL)
         if subject_rel:
-            verb = self.choice([vb for vb in _VERBS if sem in vb.subj_classes])
+            verb = self.choice(vb for vb in _VERBS if sems <= set(vb.subj_classes))
         else:  # every noun class is the object of some verb
-            verb = self.choice([vb for vb in _VERBS if sem in vb.obj_classes])
-        v = self._verb_node(verb, "acl:relcl", perfect=self.p(0.3))
+            verb = self.choice(vb for vb in _VERBS if sems <= set(vb.obj_classes))
+        v = self._verb_node(verb, "acl:relcl")
         pron = v.add(_Node("that", "that", "PRON", "nsubj" if subject_rel else "obj"))
         pron.gender = antecedent.gender
         if subject_rel:
             if verb.obj_classes:
-                v.add(self.noun_phrase(verb.obj_classes, "obj", nested=True,
-                                       allow_rel=False))
+                v.add(self.bare_noun(verb.obj_classes, "obj"))
         else:
-            v.add(self.noun_phrase(verb.subj_classes, "nsubj", nested=True,
-                                   allow_rel=False))
-        if self.p(0.15):
-            adv = self.choice(list(_ADVERBS))
-            v.add(_Node(adv, adv, "ADV", "advmod")).de = _ADVERBS[adv]
+            v.add(self.bare_noun(verb.subj_classes, "nsubj"))
+        if self.p(_P_PRE_ADV):
+            v.add(_make_adv(self.choice(_PRE_ADVERBS)))
         return v
 
     def sentence(self) -> _Node:
         root = self.clause("root", allow_rel=True)
-        if self.p(0.3):
+        if self.p(_P_ADVCL):
             sub = self.clause("advcl", allow_rel=False)
-            sconj = self.choice(list(_SUBORDINATORS))
+            sconj = self.choice(_SUBORDINATORS)
             sub.add(_Node(sconj, sconj, "SCONJ", "mark")).de = _SUBORDINATORS[sconj]
-            sub.fronted = self.p(0.35)
+            sub.fronted = self.p(_P_FRONTED)
             if sub.fronted:
                 sub.add(_Node(",", ",", "PUNCT", "punct"))
             root.add(sub)
@@ -364,7 +487,7 @@ class _Grammar:
 
 def _en_order(node: _Node) -> List[_Node]:
     """English word order of the subtree of ``node``."""
-    if node.upos in ("VERB",):
+    if node.upos == "VERB":
         out: List[_Node] = []
         mark = node.child("mark")
         advcl = node.child("advcl")
@@ -372,15 +495,12 @@ def _en_order(node: _Node) -> List[_Node]:
             out += _en_order(advcl)
         if mark is not None:
             out.append(mark)
-        pron = [c for c in node.children if c.upos == "PRON"]
-        out += pron  # relative "that" opens its clause
+        out += [c for c in node.children if c.upos == "PRON"]  # "that" opens its clause
         subj = node.child("nsubj")
         if subj is not None and subj.upos != "PRON":
             out += _en_order(subj)
-        aux = node.child("aux")
-        if aux is not None:
-            out.append(aux)
-        out += node.all("advmod")
+        out += node.all("aux")
+        out += [c for c in node.all("advmod") if c.lemma in _PRE_ADVERBS]
         out.append(node)
         obj = node.child("obj")
         if obj is not None and obj.upos != "PRON":
@@ -389,6 +509,8 @@ def _en_order(node: _Node) -> List[_Node]:
             out += _en_order(obl)
         if advcl is not None and not advcl.fronted:
             out += _en_order(advcl)
+        # after a following subordinate clause: "... when the dog sings again ."
+        out += node.final_advs()
         out += [c for c in node.all("punct") if c.form == ","]
         out += [c for c in node.all("punct") if c.form != ","]
         return out
@@ -425,19 +547,25 @@ def _de_noun_phrase(noun: _Node) -> List[str]:
 
 
 def _de_clause(v: _Node, kind: str) -> List[str]:
-    """German order of a clause: kind is 'main', 'sub' or 'rel'."""
+    """German order of a clause: kind is 'main', 'sub' or 'rel'.
+
+    Middle field: adverbs, then verb-attached PPs (obl), then the object with
+    its own modifiers; so "sees the man with the dog" is "sieht den Mann mit
+    dem Hund" when the PP belongs to the man and "sieht mit dem Hund den Mann"
+    when it belongs to the verb.
+    """
     verb = v.verb
     aux = v.child("aux")
     finite = aux.de if aux is not None else verb.de_3sg
     participle = verb.de_part if aux is not None else None
     subj = v.child("nsubj")
     obj = v.child("obj")
-    advs = [c.de for c in v.all("advmod")]
-    middle: List[str] = list(advs)  # Mittelfeld after the subject
-    if obj is not None and obj.upos != "PRON":
-        middle += _de_noun_phrase(obj)
+    advs = [c for c in v.all("advmod") if c.lemma in _PRE_ADVERBS] + v.final_advs()
+    middle: List[str] = [c.de for c in advs]
     for obl in v.all("obl"):
         middle += _de_noun_phrase(obl)
+    if obj is not None and obj.upos != "PRON":
+        middle += _de_noun_phrase(obj)
     subj_words = [] if subj is None or subj.upos == "PRON" else _de_noun_phrase(subj)
     advcl = v.child("advcl")
     if kind == "main":
@@ -477,7 +605,7 @@ def _tidy_punct(tokens: List[str]) -> List[str]:
 
 
 # --------------------------------------------------------------------------
-# Public API
+# Trees <-> examples
 # --------------------------------------------------------------------------
 
 
@@ -493,13 +621,12 @@ class ToyExample:
     lemmas: Tuple[str, ...]
 
 
-def _make_example(rng: random.Random) -> ToyExample:
-    root = _Grammar(rng).sentence()
+def _example_from_tree(root: _Node) -> ToyExample:
     order = _en_order(root)
     for i, node in enumerate(order, start=1):
         node.index = i
-        if node.form == "a" and i < len(order) and order[i].form[0] in "aeiou":
-            node.form = "an"
+        if node.lemma == "a":
+            node.form = "an" if i < len(order) and order[i].form[0] in "aeiou" else "a"
     heads = tuple(0 if n.head is None else n.head.index for n in order)
     tgt = _tidy_punct(_de_clause(root, "main"))
     return ToyExample(
@@ -512,10 +639,170 @@ def _make_example(rng: random.Random) -> ToyExample:
     )
 
 
+def _tree_from_example(ex: ToyExample) -> _Node:
+    """Rebuild the tree of ``ex`` from its heads, relations, tags and lemmas
+    (the word forms are not read) and the lexicon; return the root."""
+    nodes = [_Node(None, lemma, upos, rel)
+             for lemma, upos, rel in zip(ex.lemmas, ex.upos, ex.deprels)]
+    root = None
+    for i, (node, head) in enumerate(zip(nodes, ex.heads), start=1):
+        node.index = i
+        if head == 0:
+            root = node
+        else:
+            nodes[head - 1].add(node)  # children in English order
+    if root is None or sum(h == 0 for h in ex.heads) != 1:
+        raise ValueError("not a tree with one root: %s" % (ex.heads,))
+    for node in nodes:
+        lemma, upos = node.lemma, node.upos
+        node.form = lemma
+        if upos == "VERB":
+            node.verb = _VERB_BY_LEMMA[lemma]
+            node.form = node.verb.en_3sg
+        elif upos == "NOUN":
+            node.de, node.gender, _ = _NOUNS[lemma]
+            node.definite = node.child("det").lemma == "the"
+        elif upos == "ADJ":
+            node.de = _ADJECTIVES[lemma][0]
+        elif upos == "ADV":
+            node.de = _ADVERBS[lemma]
+        elif upos == "ADP":
+            node.de = _ADP_DE[lemma]
+        elif upos == "SCONJ":
+            node.de = _SUBORDINATORS[lemma]
+    for node in nodes:
+        if node.upos == "AUX":
+            node.form = "has"
+            node.de = node.head.verb.de_aux
+            node.head.form = node.head.verb.en_part
+        elif node.upos == "PRON":  # the antecedent is the head of the clause
+            node.gender = node.head.head.gender
+        elif node.deprel == "advcl":
+            node.fronted = node.index < node.head.index
+    return root
+
+
+def target_from_tree(ex: ToyExample) -> Tuple[str, ...]:
+    """The German-like target for the source tree of ``ex``.
+
+    Reads only ``heads``, ``deprels``, ``upos`` and ``lemmas`` (what the
+    CoNLL-U file holds) and the lexicon: the target is a function of the tree.
+    """
+    return tuple(_tidy_punct(_de_clause(_tree_from_example(ex), "main")))
+
+
+# The ambiguities: ways to re-attach one subtree that keep the English string.
+
+def _flip_points(root: _Node) -> List[Tuple[str, _Node]]:
+    """(kind, node) for every attachment in ``root`` that could be the other
+    way round with the same English words, in English order."""
+    points: List[Tuple[str, _Node]] = []
+
+    def visit(node: _Node) -> None:
+        if node.upos == "VERB":
+            obj = node.child("obj")
+            if obj is not None and obj.upos == "NOUN":
+                pp = obj.pp_nmod()
+                if pp is not None and not obj.all("acl:relcl") and not node.all("obl"):
+                    points.append(("pp", pp))
+                elif pp is None and not obj.all("nmod", "acl:relcl"):
+                    for obl in node.all("obl"):
+                        points.append(("pp", obl))
+            advcl = node.child("advcl")
+            if advcl is not None and not advcl.fronted:
+                mine, theirs = node.final_advs(), advcl.final_advs()
+                if len(mine) + len(theirs) == 1:
+                    points.append(("adv", (mine + theirs)[0]))
+        if node.upos == "NOUN":
+            of = [c for c in node.all("nmod") if c.child("case").lemma == _OF[0]]
+            if of:
+                rel = node.child("acl:relcl") or of[0].child("acl:relcl")
+                if rel is not None:
+                    points.append(("rel", rel))
+        for c in node.children:
+            visit(c)
+
+    visit(root)
+    return points
+
+
+def _flip(kind: str, node: _Node) -> None:
+    head = node.head
+    node.detach()
+    if kind == "pp":
+        if node.deprel == "nmod":  # object's modifier -> the verb's
+            node.deprel = "obl"
+            head.head.add(node)
+        else:  # the verb's -> the object's
+            node.deprel = "nmod"
+            head.child("obj").add(node)
+    elif kind == "adv":
+        if head.deprel == "advcl":
+            head.head.add(node)
+        else:
+            head.child("advcl").add(node)
+    elif kind == "rel":
+        pron = next(c for c in node.children if c.upos == "PRON")
+        if head.deprel == "nmod":  # second noun -> first noun
+            head.head.add(node)
+            pron.gender = head.head.gender
+        else:
+            other = next(c for c in head.all("nmod")
+                         if c.child("case").lemma == _OF[0])
+            other.add(node)
+            pron.gender = other.gender
+    else:
+        raise ValueError(kind)
+
+
+def ambiguity_kinds(ex: ToyExample) -> List[str]:
+    """The ambiguous constructions in ``ex`` in English order: "pp" (a PP after
+    an object: the object's ``nmod`` or the verb's ``obl``), "rel" (a relative
+    clause after "the N of the N": either noun's), "adv" (a clause-final adverb
+    after a subordinate clause: the main or the subordinate verb's)."""
+    return [kind for kind, _ in _flip_points(_tree_from_example(ex))]
+
+
+def readings(ex: ToyExample) -> List[ToyExample]:
+    """Every example the grammar can make with the source string of ``ex``:
+    ``ex`` itself first, then the other attachments of its ambiguous
+    constructions (2 ** len(ambiguity_kinds(ex)) in all), each with its tree
+    and its own target."""
+    n_points = len(_flip_points(_tree_from_example(ex)))
+    out = [ex]
+    for mask in range(1, 2 ** n_points):
+        root = _tree_from_example(ex)
+        points = _flip_points(root)  # same order on a fresh copy
+        for bit, (kind, node) in enumerate(points):
+            if mask >> bit & 1:
+                _flip(kind, node)
+        alt = _example_from_tree(root)
+        if alt.src != ex.src:
+            raise AssertionError("re-attachment changed the source: %s / %s"
+                                 % (ex.src, alt.src))
+        out.append(alt)
+    return out
+
+
+# --------------------------------------------------------------------------
+# Public API
+# --------------------------------------------------------------------------
+
+
+def _make_example(rng: random.Random) -> ToyExample:
+    return _example_from_tree(_Grammar(rng).sentence())
+
+
+def _key(ex: ToyExample) -> Tuple:
+    """Identity of an example: its source string and its tree."""
+    return ex.src, ex.heads, ex.deprels
+
+
 def generate_examples(n: int, seed: int = 1, unique: bool = True) -> List[ToyExample]:
     """Return ``n`` examples sampled with ``random.Random(seed)``.
 
-    With ``unique`` (default) no source sentence occurs twice.
+    With ``unique`` (default) no (source sentence, tree) pair occurs twice; the
+    same source string may occur with different trees (and targets).
     """
     if n < 0:
         raise ValueError("n must be >= 0")
@@ -531,9 +818,10 @@ def generate_examples(n: int, seed: int = 1, unique: bool = True) -> List[ToyExa
             )
         ex = _make_example(rng)
         if unique:
-            if ex.src in seen:
+            key = _key(ex)
+            if key in seen:
                 continue
-            seen.add(ex.src)
+            seen.add(key)
         out.append(ex)
     return out
 
@@ -542,7 +830,8 @@ def generate_splits(sizes: Dict[str, int], seed: int = 1) -> Dict[str, List[ToyE
     """Disjoint splits, e.g. ``generate_splits({"train": 1000, "valid": 100})``.
 
     All sentences are sampled together and shuffled before they are divided,
-    so every split follows the same distribution.
+    so every split follows the same distribution.  No (source, tree) pair is
+    in two splits; a source string may be, with different trees.
     """
     total = sum(sizes.values())
     pool = generate_examples(total, seed=seed, unique=True)
