@@ -277,3 +277,13 @@ def test_interactive_without_a_parser_says_which_flag(struct_bin, struct_checkpo
         input="the dog sleeps .\n", check=False,
     )
     assert inter.returncode != 0 and "--parser spacy|stanza|udpipe" in inter.stderr
+
+
+def test_a_model_without_tree_inputs_is_refused(struct_bin, tmp_path):
+    train = run_cli(
+        "fairseq-train", struct_bin, "--user-dir", USER_DIR, "--task", "translation_struct",
+        "--arch", "transformer", *TINY_MODEL_ARGS, "--max-tokens", "1000", "--max-update", "1",
+        "--save-dir", tmp_path,
+        *COMMON_ARGS, check=False,
+    )
+    assert train.returncode != 0 and "use a fairseq_posattn architecture" in train.stderr

@@ -9,6 +9,7 @@ the trees back onto the pieces (:meth:`TranslationStructTask.inference_step`).  
 ``src_structural_positions`` in ``net_input``.
 """
 
+import inspect
 import itertools
 import logging
 import os
@@ -106,6 +107,16 @@ class TranslationStructTask(TranslationTask):
     def __init__(self, cfg: TranslationStructConfig, src_dict, tgt_dict):
         super().__init__(cfg, src_dict, tgt_dict)
         self._parser = None
+
+    def build_model(self, cfg, from_checkpoint=False):
+        model = super().build_model(cfg, from_checkpoint)
+        if "src_depths" not in inspect.signature(model.encoder.forward).parameters:
+            raise ValueError(
+                f"--task translation_struct feeds dependency trees to the encoder, which "
+                f"{type(model).__name__} does not take: use a fairseq_posattn architecture "
+                f"(transformer_struct, transformer_posattn, ...) or --task translation"
+            )
+        return model
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
         super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
