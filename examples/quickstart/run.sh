@@ -158,7 +158,7 @@ for line in open(sys.argv[1], encoding="utf-8"):
         last = json.loads(line[line.index("| valid | {") + 10:])
 if last:
     print("[quickstart] after %s updates: valid loss %s (best %s), nll loss %s" % (
-        last["valid_num_updates"], last["valid_loss"], last["valid_best_loss"],
+        last["valid_num_updates"], last["valid_loss"], last.get("valid_best_loss", "-"),
         last["valid_nll_loss"]))
 ' "$CKPT/train.log"
     say "training took $(( SECONDS - T0 )) s"
