@@ -370,3 +370,34 @@ def test_model_forward_passes_trees_to_the_encoder():
     trees = batch_tree_inputs([tree_inputs(5, 0), tree_inputs(3, 1)], tokens)
     out = model(tokens, torch.tensor([5, 3]), tokens, **trees)[0]
     assert out.shape == (2, 5, len(VOCAB)) and torch.isfinite(out).all()
+
+
+# Wang et al. (2019), Table 1: (sequential abs, rel, structural abs, rel) -> flags, as in README
+WANG_TABLE1 = {
+    1: ((0, 0, 0, 0), ["--encoder-position-embedding", "none"]),
+    2: ((0, 0, 1, 0), ["--encoder-position-embedding", "none", "--structural-position-embedding", "fuse"]),
+    3: ((0, 0, 0, 1), ["--encoder-position-embedding", "none", "--structural-relative-positions"]),
+    4: ((1, 0, 0, 0), []),
+    5: ((1, 0, 1, 0), ["--structural-position-embedding", "fuse"]),
+    6: ((1, 0, 1, 1), ["--structural-position-embedding", "fuse", "--structural-relative-positions"]),
+    7: ((1, 1, 0, 0), ["--relative-positions"]),
+    8: ((1, 1, 1, 0), ["--relative-positions", "--structural-position-embedding", "fuse"]),
+    9: ((1, 1, 1, 1), None),  # --arch transformer_struct
+}
+
+
+@pytest.mark.parametrize("row", sorted(WANG_TABLE1))
+def test_flags_select_every_row_of_wang_table1(row):
+    (seq_abs, seq_rel, struct_abs, struct_rel), flags = WANG_TABLE1[row]
+    args = parse("transformer_struct") if flags is None else parse("transformer_posattn", *flags)
+    model = PositionAwareTransformerModel.build_model(args, TASK)
+    encoder = model.encoder
+    assert (encoder.embed_positions is not None) == bool(seq_abs)
+    assert (encoder.embed_depths is not None) == bool(struct_abs)
+    assert (encoder.position_fusion is not None) == bool(seq_abs and struct_abs)
+    terms = [t.positions for t in encoder.layers[0].self_attn.score_terms]
+    assert terms == ["sequential"] * seq_rel + ["structural"] * struct_rel
+    tokens = batch(sentences([5, 3]))
+    trees = batch_tree_inputs([tree_inputs(5, 0), tree_inputs(3, 1)], tokens)
+    out = model(tokens, torch.tensor([5, 3]), tokens, **trees)[0]
+    assert torch.isfinite(out).all()

@@ -64,8 +64,9 @@ def bucketed_values(probs: Tensor, table: Tensor, buckets: Tensor) -> Tensor:
     return torch.matmul(per_bucket, table.to(per_bucket.dtype))
 
 
-class RelativeKeys(nn.Module):
-    """Shaw et al. (2018) Eq. 4: the ``q_i . a^K_ij / sqrt(d_h)`` score term."""
+class _RelativeTable(nn.Module):
+    """A Shaw table: one ``d_h`` vector per clipped relative position ``-k..k``,
+    shared across heads, looked up by the named positions of the context."""
 
     def __init__(self, head_dim: int, clip: int, positions: str = "sequential"):
         super().__init__()
@@ -73,26 +74,24 @@ class RelativeKeys(nn.Module):
         self.positions = positions
         self.embedding = nn.Parameter(torch.empty(2 * clip + 1, head_dim))
         nn.init.xavier_uniform_(self.embedding)
+
+    def rows(self, context: AttentionContext):
+        return reachable_rows(self.embedding, self.clip, context, self.positions)
+
+
+class RelativeKeys(_RelativeTable):
+    """Shaw et al. (2018) Eq. 4: the ``q_i . a^K_ij / sqrt(d_h)`` score term."""
 
     def forward(self, query: Tensor, inputs: Tensor, context: AttentionContext):
         """``query`` is already scaled by ``1/sqrt(d_h)``."""
-        table, buckets = reachable_rows(self.embedding, self.clip, context, self.positions)
-        return relative_scores(query, table, buckets)
+        return relative_scores(query, *self.rows(context))
 
 
-class RelativeValues(nn.Module):
+class RelativeValues(_RelativeTable):
     """Shaw et al. (2018) Eq. 3: the ``sum_j p_ij a^V_ij`` value term."""
 
-    def __init__(self, head_dim: int, clip: int, positions: str = "sequential"):
-        super().__init__()
-        self.clip = clip
-        self.positions = positions
-        self.embedding = nn.Parameter(torch.empty(2 * clip + 1, head_dim))
-        nn.init.xavier_uniform_(self.embedding)
-
     def forward(self, probs: Tensor, context: AttentionContext):
-        table, buckets = reachable_rows(self.embedding, self.clip, context, self.positions)
-        return bucketed_values(probs, table, buckets)
+        return bucketed_values(probs, *self.rows(context))
 
 
 class QueryProjectedRelativeScores(nn.Module):
