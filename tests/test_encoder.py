@@ -7,6 +7,11 @@ import torch
 from fairseq import options
 from fairseq.data import Dictionary
 from fairseq.models.transformer import TransformerConfig, TransformerEncoderBase
+from fairseq.models.transformer.transformer_config import (
+    DecoderConfig,
+    EncDecBaseConfig,
+    QuantNoiseConfig,
+)
 from torch import nn
 
 import fairseq_posattn  # noqa: F401  (registers the archs)
@@ -16,6 +21,7 @@ from fairseq_posattn.models.transformer_posattn import (
     PositionAwareTransformerModel,
 )
 from fairseq_posattn.modules import PositionAttentionConfig
+from fairseq_posattn.modules.recurrence_config import RecurrenceConfig
 from fairseq_posattn.modules.attention_context import gather_time, right_padding_order
 
 VOCAB = Dictionary()
@@ -25,6 +31,10 @@ for _word in "a b c d e f g h i j k l m n o p".split():
 
 def small_config(**overrides):
     cfg = TransformerConfig()
+    # fairseq-fixed's defaults for these sub-configs are the classes themselves:
+    # give this config instances of its own, or the settings below leak into
+    # every later TransformerConfig()
+    cfg.encoder, cfg.decoder, cfg.quant_noise = EncDecBaseConfig(), DecoderConfig(), QuantNoiseConfig()
     cfg.encoder.embed_dim = 16
     cfg.encoder.ffn_embed_dim = 24
     cfg.encoder.attention_heads = 4
@@ -110,6 +120,7 @@ def test_every_option_off_equals_fairseq_encoder(normalize_before, learned_pos):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
 
 
+RECURRENCE_FIELDS = {f.name for f in RecurrenceConfig.option_fields()}
 ENCODER_OPTIONS = {
     "none": {},
     "pe_concat": dict(encoder_position_embedding="concat", encoder_position_concat_dim=4),
@@ -123,16 +134,27 @@ ENCODER_OPTIONS = {
         convolved_attention="1d", relative_positions=True, max_relative_position=2,
         query_relative_positions=True, encoder_position_embedding="concat",
     ),
+    # Hao et al. (2019): recurrent layers before/after the SAN layers
+    "onlstm+san+shortcut": dict(encoder_recurrent_layers=2, encoder_shortcut=True,
+                                encoder_position_embedding="none"),
+    "lstm+san": dict(encoder_recurrent_layers=1, encoder_recurrent_cell="lstm"),
+    "san+onlstm-uni": dict(encoder_recurrent_layers=1, encoder_stack_order="attention-first",
+                           encoder_recurrent_unidirectional=True, encoder_onlstm_chunk_size=2),
+    "onlstm+san+P+conv1d": dict(encoder_recurrent_layers=1, position_interactions="P",
+                                interaction_max_len=12, convolved_attention="1d"),
 }
 
 
-def build_encoder(options_):
-    attention_cfg = PositionAttentionConfig(**options_)
+def build_encoder(options_, **config):
+    recurrent = {k: v for k, v in options_.items() if k in RECURRENCE_FIELDS}
+    attention_cfg = PositionAttentionConfig(
+        **{k: v for k, v in options_.items() if k not in RECURRENCE_FIELDS})
     width = 16
     if attention_cfg.encoder_position_embedding == "concat":
         width -= attention_cfg.position_concat_dim(16)
     torch.manual_seed(0)
-    encoder = PositionAwareEncoder(small_config(), attention_cfg, VOCAB, embedding(width))
+    encoder = PositionAwareEncoder(small_config(**config), attention_cfg, VOCAB, embedding(width),
+                                   RecurrenceConfig(**recurrent))
     with torch.no_grad():  # move every parameter away from its (often trivial) init
         for p in encoder.parameters():
             p.add_(torch.randn_like(p) * 0.1)
@@ -401,3 +423,85 @@ def test_flags_select_every_row_of_wang_table1(row):
     trees = batch_tree_inputs([tree_inputs(5, 0), tree_inputs(3, 1)], tokens)
     out = model(tokens, torch.tensor([5, 3]), tokens, **trees)[0]
     assert torch.isfinite(out).all()
+
+
+# --------------------------------------------------------------------------
+# recurrent layers (Hao et al. 2019)
+# --------------------------------------------------------------------------
+
+
+def test_pure_recurrent_encoder_without_attention_layers():
+    encoder = build_encoder(dict(encoder_recurrent_layers=2, encoder_position_embedding="none"),
+                            encoder_layers=0)
+    assert len(encoder.layers) == 0 and len(encoder.recurrent_layers) == 2
+    sents = sentences([6, 2, 4], seed=8)
+    alone = [real_outputs(encoder(batch([s])), batch([s]))[0] for s in sents]
+    tokens = batch(sents)
+    for got, want in zip(real_outputs(encoder(tokens), tokens), alone):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_shortcut_adds_the_two_stacks_outputs():
+    """Eq. 10: with return_all_hiddens the stack outputs are visible; the output is their sum."""
+    encoder = build_encoder(ENCODER_OPTIONS["onlstm+san+shortcut"])
+    tokens = batch(sentences([5, 3], seed=9))
+    out = encoder(tokens, return_all_hiddens=True)
+    states = out["encoder_states"]  # embedding, 2 recurrent layers, 2 attention layers
+    assert len(states) == 5
+    torch.testing.assert_close(out["encoder_out"][0], states[2] + states[4])
+
+
+def test_positions_enter_the_attention_stack_after_the_recurrence():
+    options_ = dict(encoder_recurrent_layers=1, encoder_position_embedding="add")
+    encoder = build_encoder(options_)
+    assert encoder.positions_after_recurrence
+    tokens = batch(sentences([5], seed=10))
+    x, embed = encoder.forward_embedding(tokens)
+    torch.testing.assert_close(x, embed)  # no positions at the recurrent input (eval: no dropout)
+    first = encoder(tokens)["encoder_out"][0]
+    encoder.embed_positions = None
+    assert not torch.allclose(first, encoder(tokens)["encoder_out"][0])
+    assert not build_encoder(dict(options_, encoder_stack_order="attention-first")).positions_after_recurrence
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--encoder-layers", "0"], r"--encoder-layers 0 and --encoder-recurrent-layers 0"),
+        (["--encoder-shortcut", "--encoder-recurrent-layers", "2", "--encoder-layers", "0"],
+         r"--encoder-shortcut adds"),
+        (["--encoder-shortcut"], r"--encoder-recurrent-layers is 0"),
+        (["--encoder-recurrent-layers", "1", "--encoder-onlstm-chunk-size", "3"],
+         r"--encoder-onlstm-chunk-size 3 must divide"),
+        (["--encoder-recurrent-layers", "1", "--encoder-position-embedding", "concat"],
+         r"concat cannot widen it"),
+    ],
+)
+def test_impossible_recurrent_combinations_fail_at_build_time(flags, message):
+    args = parse("transformer_posattn", *flags)
+    with pytest.raises(ValueError, match=message):
+        PositionAwareTransformerModel.build_model(args, TASK)
+
+
+HAO_EXPECTED = {  # arch: (recurrent layers, cell, SAN layers, order, shortcut, positions)
+    "onlstm_san_transformer": (3, "onlstm", 3, "recurrent-first", True, "none"),
+    "transformer_lstm6": (6, "lstm", 0, "recurrent-first", False, "none"),
+    "transformer_onlstm6": (6, "onlstm", 0, "recurrent-first", False, "none"),
+    "transformer_lstm6_san4": (6, "lstm", 4, "recurrent-first", False, "none"),
+    "transformer_onlstm6_san4": (6, "onlstm", 4, "recurrent-first", False, "none"),
+    "transformer_onlstm3_san3": (3, "onlstm", 3, "recurrent-first", False, "none"),
+    "transformer_san3_onlstm3": (3, "onlstm", 3, "attention-first", False, "add"),
+    "transformer_lstm8": (8, "lstm", 0, "recurrent-first", False, "none"),
+    "transformer_san10": (0, "onlstm", 10, "recurrent-first", False, "add"),
+}
+
+
+@pytest.mark.parametrize("arch", sorted(HAO_EXPECTED))
+def test_hao_architectures(arch):
+    args = options.parse_args_and_arch(
+        options.get_training_parser(), ["data-bin", "--arch", arch, "--task", "translation"])
+    expected = HAO_EXPECTED[arch]
+    assert (args.encoder_recurrent_layers, args.encoder_recurrent_cell, args.encoder_layers,
+            args.encoder_stack_order, args.encoder_shortcut,
+            args.encoder_position_embedding) == expected
+    assert args.encoder_embed_dim == 512

@@ -1,6 +1,8 @@
-"""The Transformer encoder with position-aware attention layers."""
+"""The encoder: position-aware self-attention layers, optionally with
+(ON-)LSTM layers before or after them (Hao et al. 2019)."""
 
 import math
+from typing import Optional
 
 import torch
 from fairseq.distributed import fsdp_wrap
@@ -19,18 +21,26 @@ from torch import nn
 from ..modules.attention_config import PositionAttentionConfig
 from ..modules.attention_context import AttentionContext, gather_time, right_padding_order
 from ..modules.encoder_layer import PositionAwareEncoderLayer
+from ..modules.recurrence_config import RecurrenceConfig
+from ..modules.recurrent import RecurrentLayer
 from ..modules.structural_positions import DepthEmbedding, PositionFusion
 
 
 class PositionAwareEncoder(FairseqEncoder):
     """fairseq's Transformer encoder, with the position options of
-    :class:`PositionAttentionConfig`.
+    :class:`PositionAttentionConfig` and the recurrent layers of
+    :class:`RecurrenceConfig`.
 
     Parameter names, input and output follow fairseq's
     ``TransformerEncoderBase`` (with every option off it computes the same
     function and loads the same state dict).  Inside, the batch is right-padded
-    so that column ``j`` is token position ``j`` for every term; outputs are
-    returned in the caller's padding layout.
+    so that column ``j`` is token position ``j`` for every term and every
+    recurrent layer starts at a sentence's first token; outputs are returned
+    in the caller's padding layout.
+
+    With recurrent layers, position embeddings (if any) enter the
+    self-attention stack: at the embedding when it comes first, at the
+    output of the recurrent stack when that comes first.
     """
 
     # the output dictionary has fairseq's layout, so fairseq's reordering applies
@@ -42,10 +52,12 @@ class PositionAwareEncoder(FairseqEncoder):
         attention_cfg: PositionAttentionConfig,
         dictionary,
         embed_tokens: nn.Embedding,
+        recurrence_cfg: Optional[RecurrenceConfig] = None,
     ):
         super().__init__(dictionary)
         self.cfg = cfg
         self.attention_cfg = attention_cfg
+        self.recurrence_cfg = recurrence_cfg = recurrence_cfg or RecurrenceConfig()
         self.register_buffer("version", torch.Tensor([3]))
         self.dropout_module = FairseqDropout(cfg.dropout, module_name="TransformerEncoder")
         self.encoder_layerdrop = cfg.encoder.layerdrop
@@ -79,6 +91,21 @@ class PositionAwareEncoder(FairseqEncoder):
             self.layers = nn.ModuleList([])
         self.layers.extend(self.build_encoder_layer(cfg, i) for i in range(cfg.encoder.layers))
         self.num_layers = len(self.layers)
+        self.recurrent_layers = nn.ModuleList(
+            RecurrentLayer(
+                embed_dim,
+                cell=recurrence_cfg.encoder_recurrent_cell,
+                hidden_dim=recurrence_cfg.hidden_dim(embed_dim),
+                bidirectional=not recurrence_cfg.encoder_recurrent_unidirectional,
+                chunk_size=recurrence_cfg.encoder_onlstm_chunk_size,
+                dropout=cfg.dropout,
+            )
+            for _ in range(recurrence_cfg.encoder_recurrent_layers)
+        )
+        # position embeddings enter the self-attention stack (see the class doc)
+        self.positions_after_recurrence = bool(
+            len(self.recurrent_layers) and len(self.layers) and recurrence_cfg.recurrent_first
+        )
         self.layer_norm = (
             LayerNorm(embed_dim, export=cfg.export) if cfg.encoder.normalize_before else None
         )
@@ -105,10 +132,8 @@ class PositionAwareEncoder(FairseqEncoder):
             layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
         return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not checkpoint else 0)
 
-    def forward_embedding(self, src_tokens, token_embedding=None, depths=None):
-        if token_embedding is None:
-            token_embedding = self.embed_tokens(src_tokens)
-        x = embed = self.embed_scale * token_embedding
+    def position_vectors(self, src_tokens, depths=None):
+        """Sequential and/or structural position embeddings ``[B, T, C']``, or None."""
         positions = None if self.embed_positions is None else self.embed_positions(src_tokens)
         if self.embed_depths is not None:
             structural = self.embed_depths(depths)
@@ -118,6 +143,13 @@ class PositionAwareEncoder(FairseqEncoder):
                 positions = self.position_fusion(positions, structural)
             else:
                 positions = positions + structural
+        return positions
+
+    def forward_embedding(self, src_tokens, token_embedding=None, depths=None):
+        if token_embedding is None:
+            token_embedding = self.embed_tokens(src_tokens)
+        x = embed = self.embed_scale * token_embedding
+        positions = None if self.positions_after_recurrence else self.position_vectors(src_tokens, depths)
         if positions is not None:
             if self.attention_cfg.encoder_position_embedding == "concat":
                 x = torch.cat([embed, positions.type_as(embed)], dim=-1)
@@ -172,10 +204,28 @@ class PositionAwareEncoder(FairseqEncoder):
         context = AttentionContext(x.size(0), x.device, relative)
 
         states = [x] if return_all_hiddens else []
-        for layer in self.layers:
-            x = layer(x, mask if has_pads else None, context)
-            if return_all_hiddens:
-                states.append(x)
+        outputs = {}
+        for stack in self._stack_order():
+            if stack == "attention":
+                if self.positions_after_recurrence:
+                    positions = self.position_vectors(tokens, depths)
+                    if positions is not None:
+                        x = x + self.dropout_module(positions.transpose(0, 1).type_as(x))
+                        if has_pads:
+                            x = x.masked_fill(mask.t().unsqueeze(-1), 0.0)
+                for layer in self.layers:
+                    x = layer(x, mask if has_pads else None, context)
+                    if return_all_hiddens:
+                        states.append(x)
+            else:
+                lengths = (~mask).sum(dim=1)
+                for layer in self.recurrent_layers:
+                    x = layer(x, lengths)
+                    if return_all_hiddens:
+                        states.append(x)
+            outputs[stack] = x
+        if self.recurrence_cfg.encoder_shortcut:
+            x = outputs["recurrent"] + outputs["attention"]  # Hao et al. (2019), Eq. 10
         if self.layer_norm is not None:
             x = self.layer_norm(x)
 
@@ -194,6 +244,11 @@ class PositionAwareEncoder(FairseqEncoder):
                 src_tokens.ne(self.padding_idx).sum(dim=1, dtype=torch.int32).reshape(-1, 1)
             ],
         }
+
+    def _stack_order(self):
+        stacks = [name for name, layers in (("recurrent", self.recurrent_layers),
+                                            ("attention", self.layers)) if len(layers)]
+        return stacks if self.recurrence_cfg.recurrent_first else stacks[::-1]
 
     def max_positions(self):
         if self.embed_positions is None:

@@ -17,6 +17,7 @@ from fairseq.models.transformer import (
 )
 
 from ..modules.attention_config import PositionAttentionConfig
+from ..modules.recurrence_config import RecurrenceConfig
 from .encoder import PositionAwareEncoder
 
 
@@ -27,16 +28,23 @@ class PositionAwareTransformerModel(TransformerModel):
     @classmethod
     def add_args(cls, parser):
         super().add_args(parser)
-        gen_parser_from_dataclass(parser, PositionAttentionConfig(), delete_default=True)
+        for options in (PositionAttentionConfig(), RecurrenceConfig()):
+            gen_parser_from_dataclass(parser, options, delete_default=True)
 
     @classmethod
     def build_model(cls, args, task):
         transformer_posattn(args)
-        PositionAttentionConfig.from_namespace(args).check(
+        attention_cfg = PositionAttentionConfig.from_namespace(args)
+        attention_cfg.check(
             embed_dim=args.encoder_embed_dim,
             max_source_positions=getattr(args, "max_source_positions", None)
             or DEFAULT_MAX_SOURCE_POSITIONS,
             share_all_embeddings=args.share_all_embeddings,
+        )
+        RecurrenceConfig.from_namespace(args).check(
+            embed_dim=args.encoder_embed_dim,
+            attention_layers=args.encoder_layers,
+            position_embedding=attention_cfg.encoder_position_embedding,
         )
         return super().build_model(args, task)
 
@@ -50,7 +58,11 @@ class PositionAwareTransformerModel(TransformerModel):
             )
             embed_tokens = cls.build_embedding(args, src_dict, width, args.encoder_embed_path)
         return PositionAwareEncoder(
-            TransformerConfig.from_namespace(args), attention_cfg, src_dict, embed_tokens
+            TransformerConfig.from_namespace(args),
+            attention_cfg,
+            src_dict,
+            embed_tokens,
+            RecurrenceConfig.from_namespace(args),
         )
 
     def forward(
@@ -85,8 +97,9 @@ class PositionAwareTransformerModel(TransformerModel):
 
 @register_model_architecture("transformer_posattn", "transformer_posattn")
 def transformer_posattn(args):
-    """Base size (d=512, 8 heads, ffn 2048, 6+6 layers), every position option at its default."""
+    """Base size (d=512, 8 heads, ffn 2048, 6+6 layers), every option at its default."""
     PositionAttentionConfig.set_defaults(args)
+    RecurrenceConfig.set_defaults(args)
     base_architecture(args)
 
 
@@ -145,4 +158,47 @@ def _paper_row(options):
 
 
 for _name, _options in DUFTER_ROWS.items():
+    register_model_architecture("transformer_posattn", _name)(_paper_row(_options))
+
+
+# Hao et al. (2019): the hybrid encoder and the rows of its Tables 1 and 2.
+# Position embeddings are off where recurrent layers come first: the
+# recurrence already orders the tokens (the paper's encoders feed word
+# embeddings to the recurrent stack); a self-attention stack that comes first
+# keeps PE[add].
+HYBRID = dict(encoder_position_embedding="none", encoder_recurrent_cell="onlstm")
+HAO_ROWS = {
+    # Table 1
+    "transformer_lstm6": dict(HYBRID, encoder_recurrent_cell="lstm", encoder_recurrent_layers=6,
+                              encoder_layers=0),
+    "transformer_onlstm6": dict(HYBRID, encoder_recurrent_layers=6, encoder_layers=0),
+    "transformer_lstm6_san4": dict(HYBRID, encoder_recurrent_cell="lstm",
+                                   encoder_recurrent_layers=6, encoder_layers=4),
+    "transformer_onlstm6_san4": dict(HYBRID, encoder_recurrent_layers=6, encoder_layers=4),
+    "transformer_onlstm3_san3": dict(HYBRID, encoder_recurrent_layers=3, encoder_layers=3),
+    # Table 2
+    "transformer_san3_onlstm3": dict(encoder_recurrent_layers=3, encoder_layers=3,
+                                     encoder_stack_order="attention-first"),
+    "transformer_lstm8": dict(HYBRID, encoder_recurrent_cell="lstm", encoder_recurrent_layers=8,
+                              encoder_layers=0),
+    "transformer_san10": dict(encoder_layers=10),
+}
+ONLSTM_SAN = dict(HYBRID, encoder_recurrent_layers=3, encoder_layers=3, encoder_shortcut=True)
+
+
+@register_model_architecture("transformer_posattn", "onlstm_san_transformer")
+def onlstm_san_transformer(args):
+    """Hao et al. (2019) Table 1 row 7: 3 ON-LSTM + 3 SAN layers with the short-cut, base size."""
+    _set_unset(args, ONLSTM_SAN)
+    transformer_posattn(args)
+
+
+@register_model_architecture("transformer_posattn", "onlstm_san_transformer_big")
+def onlstm_san_transformer_big(args):
+    """Table 1 row 9: the hybrid with the short-cut, big size."""
+    _set_unset(args, ONLSTM_SAN)
+    transformer_posattn_big(args)
+
+
+for _name, _options in HAO_ROWS.items():
     register_model_architecture("transformer_posattn", _name)(_paper_row(_options))

@@ -21,7 +21,35 @@ STRUCTURAL_EMBEDDING_CHOICES = ChoiceEnum(["none", "fuse", "add"])
 
 
 @dataclass
-class PositionAttentionConfig(FairseqDataclass):
+class EncoderOptions(FairseqDataclass):
+    """An option group of the encoder: fairseq flags from its fields, filled
+    from an argparse namespace (legacy architectures) or defaults."""
+
+    @classmethod
+    def option_fields(cls):
+        return [f for f in fields(cls) if not f.name.startswith("_")]
+
+    def __post_init__(self):
+        # choices arrive as fairseq's enum members or as plain strings
+        for f in self.option_fields():
+            value = getattr(self, f.name)
+            if isinstance(value, Enum):
+                setattr(self, f.name, value.value)
+
+    @classmethod
+    def from_namespace(cls, args):
+        return cls(**{f.name: getattr(args, f.name, f.default) for f in cls.option_fields()})
+
+    @classmethod
+    def set_defaults(cls, args) -> None:
+        """Fill the options the command line and the architecture left unset."""
+        for f in cls.option_fields():
+            if getattr(args, f.name, None) is None:
+                setattr(args, f.name, f.default)
+
+
+@dataclass
+class PositionAttentionConfig(EncoderOptions):
     encoder_position_embedding: POSITION_EMBEDDING_CHOICES = field(
         default="add",
         metadata={
@@ -128,24 +156,6 @@ class PositionAttentionConfig(FairseqDataclass):
         metadata={"help": "clip distance r of --structural-relative-positions"},
     )
 
-    def __post_init__(self):
-        # choices arrive as fairseq's enum members or as plain strings
-        for f in _option_fields():
-            value = getattr(self, f.name)
-            if isinstance(value, Enum):
-                setattr(self, f.name, value.value)
-
-    @classmethod
-    def from_namespace(cls, args) -> "PositionAttentionConfig":
-        return cls(**{f.name: getattr(args, f.name, f.default) for f in _option_fields()})
-
-    @classmethod
-    def set_defaults(cls, args) -> None:
-        """Fill the options the command line and the architecture left unset."""
-        for f in _option_fields():
-            if getattr(args, f.name, None) is None:
-                setattr(args, f.name, f.default)
-
     def uses_structure(self) -> bool:
         """True if the encoder needs the tree inputs of ``translation_struct``."""
         return self.structural_position_embedding != "none" or self.structural_relative_positions
@@ -244,7 +254,3 @@ class PositionAttentionConfig(FairseqDataclass):
             probability_terms=probability_terms,
             value_terms=value_terms,
         )
-
-
-def _option_fields():
-    return [f for f in fields(PositionAttentionConfig) if not f.name.startswith("_")]

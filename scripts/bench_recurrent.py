@@ -1,0 +1,154 @@
+"""Speed of the recurrent encoder layers against ``torch.nn.LSTM``.
+
+    python scripts/bench_recurrent.py                  # d=512, T=64, B=32, float32, CPU
+    python scripts/bench_recurrent.py --profile        # + torch.profiler table of the ON-LSTM layer
+    python scripts/bench_recurrent.py --threads 1 --repeats 11
+
+Rows, all bidirectional with hidden = d per direction:
+
+* ``nn.LSTM``: a raw ``torch.nn.LSTM(d, d, bidirectional=True)`` on the
+  unpadded ``[T, B, d]`` batch (oneDNN's fused RNN on CPU when available),
+  the reference;
+* ``LSTM layer``: :class:`RecurrentLayer` with ``cell="lstm"`` (packed
+  ``nn.LSTM`` + 2d -> d projection + residual + pad mask);
+* ``ON-LSTM layer``: :class:`RecurrentLayer` with ``cell="onlstm"``.
+
+Each row is timed for training (forward + backward of ``out.sum()``,
+gradients reset before each run) and inference (forward under
+``torch.no_grad``); the rows are interleaved within each repeat and the
+median over repeats is reported, with ratios to ``nn.LSTM``.  ON-LSTM has
+6h gate units per direction against LSTM's 4h (1.5x the recurrent and
+input-projection FLOPs) and the layers add a 2d -> d projection, so about
+1.6-2x is the honest range for the ON-LSTM row.
+"""
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+from fairseq_posattn.modules.recurrent import RecurrentLayer
+
+
+def get_parser():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--dim", type=int, default=512, help="d (hidden = d per direction)")
+    p.add_argument("--seq-len", type=int, default=64)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    p.add_argument("--profile", action="store_true", help="print torch.profiler's top ops of one ON-LSTM train step")
+    p.add_argument("--json", default=None, help="also write the results here")
+    return p
+
+
+def _zero(module):
+    for p in module.parameters():
+        p.grad = None
+
+
+def build(args):
+    torch.manual_seed(0)
+    d, t, b = args.dim, args.seq_len, args.batch
+    x = torch.randn(t, b, d, requires_grad=True)
+    lengths = torch.full((b,), t, dtype=torch.long)
+    lstm = torch.nn.LSTM(d, d, bidirectional=True)
+    rows = {
+        "nn.LSTM": (lstm, lambda: lstm(x)[0]),
+    }
+    for label, cell in (("LSTM layer", "lstm"), ("ON-LSTM layer", "onlstm")):
+        layer = RecurrentLayer(d, cell)
+        rows[label] = (layer, (lambda layer=layer: layer(x, lengths)))
+    return x, rows
+
+
+def train_step(x, module, fn):
+    _zero(module)
+    x.grad = None
+    fn().sum().backward()
+
+
+def infer_step(fn):
+    with torch.no_grad():
+        fn()
+
+
+def run(args):
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    x, rows = build(args)
+    for _ in range(args.warmup):
+        for module, fn in rows.values():
+            train_step(x, module, fn)
+            infer_step(fn)
+    train = {k: [] for k in rows}
+    infer = {k: [] for k in rows}
+    for _ in range(args.repeats):
+        for label, (module, fn) in rows.items():
+            start = time.perf_counter()
+            train_step(x, module, fn)
+            train[label].append(time.perf_counter() - start)
+            start = time.perf_counter()
+            infer_step(fn)
+            infer[label].append(time.perf_counter() - start)
+    result = {
+        "config": {"dim": args.dim, "seq_len": args.seq_len, "batch": args.batch, "repeats": args.repeats,
+                   "threads": torch.get_num_threads(), "torch": torch.__version__,
+                   "mkldnn": torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled},
+        "rows": [],
+    }
+    ref_train = statistics.median(train["nn.LSTM"])
+    ref_infer = statistics.median(infer["nn.LSTM"])
+    for label, (module, _) in rows.items():
+        tr, inf = statistics.median(train[label]), statistics.median(infer[label])
+        result["rows"].append({
+            "label": label,
+            "params": sum(p.numel() for p in module.parameters()),
+            "train_ms": 1e3 * tr, "train_ratio": tr / ref_train,
+            "infer_ms": 1e3 * inf, "infer_ratio": inf / ref_infer,
+            "train_ms_all": [round(1e3 * v, 1) for v in train[label]],
+        })
+    return result
+
+
+def profile_table(args, row_limit=15):
+    from torch.profiler import profile
+
+    x, rows = build(args)
+    module, fn = rows["ON-LSTM layer"]
+    for _ in range(args.warmup):
+        train_step(x, module, fn)
+    with profile() as prof:
+        train_step(x, module, fn)
+    events = prof.key_averages()
+    total = sum(e.self_cpu_time_total for e in events)
+    matmul = sum(e.self_cpu_time_total for e in events if e.key in ("aten::bmm", "aten::baddbmm", "aten::mm", "aten::addmm"))
+    head = "ON-LSTM layer, one train step under the profiler: %.1f ms self CPU, of which matmuls %.1f ms (%.0f%%)" % (
+        total / 1e3, matmul / 1e3, 100.0 * matmul / total)
+    return head + "\n" + events.table(sort_by="self_cpu_time_total", row_limit=row_limit)
+
+
+def main(argv=None):
+    args = get_parser().parse_args(argv)
+    result = run(args)
+    cfg = result["config"]
+    print("d=%(dim)d T=%(seq_len)d B=%(batch)d float32 CPU, %(threads)d threads, torch %(torch)s, "
+          "median of %(repeats)d interleaved repeats" % cfg)
+    print("%-14s %10s %10s %8s %10s %8s" % ("", "params", "train ms", "ratio", "infer ms", "ratio"))
+    for r in result["rows"]:
+        print("%-14s %10d %10.1f %7.2fx %10.1f %7.2fx" % (
+            r["label"], r["params"], r["train_ms"], r["train_ratio"], r["infer_ms"], r["infer_ratio"]))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+    if args.profile:
+        print()
+        print(profile_table(args))
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,302 @@
+"""Recurrent encoder layers (ON-LSTM, LSTM): equations, gradients, padding, counts, half precision.
+
+The ON-LSTM reference below is written independently of the module: one
+sentence at a time, a plain Python loop over time steps, explicit gates,
+float64, autograd for its gradients.  It shares with the module only the
+documented parameter layout (``gates = x @ weight_ih[d] + h @ weight_hh[d] +
+bias_ih[d] + bias_hh[d]``, gate units ``[f, i, o, c_hat, master_f, master_i]``,
+direction 0 forward).
+"""
+
+import pytest
+import torch
+from torch import nn
+
+from fairseq_posattn.modules import recurrent
+from fairseq_posattn.modules.recurrent import ONLSTM, RecurrentLayer, _ONLSTMFunction, cumax, reversal_index
+
+D_MODEL = 6
+HIDDEN = 4
+
+
+def _ref_direction(xs, w_ih, w_hh, b, hidden, chunk):
+    """ON-LSTM over the rows of ``xs`` ``[L, C]`` (Shen et al. 2019), plain loop."""
+    m = hidden // chunk
+    h = xs.new_zeros(hidden)
+    c = xs.new_zeros(hidden)
+    outs = []
+    for x in xs:
+        z = x @ w_ih + h @ w_hh + b
+        f = torch.sigmoid(z[0:hidden])
+        i = torch.sigmoid(z[hidden : 2 * hidden])
+        o = torch.sigmoid(z[2 * hidden : 3 * hidden])
+        c_hat = torch.tanh(z[3 * hidden : 4 * hidden])
+        master_f = torch.cumsum(torch.softmax(z[4 * hidden : 4 * hidden + m], 0), 0)
+        master_i = 1 - torch.cumsum(torch.softmax(z[4 * hidden + m : 4 * hidden + 2 * m], 0), 0)
+        master_f = master_f.repeat_interleave(chunk)  # master unit k -> neurons k*chunk .. k*chunk+chunk-1
+        master_i = master_i.repeat_interleave(chunk)
+        w = master_f * master_i
+        f_hat = f * w + (master_f - w)
+        i_hat = i * w + (master_i - w)
+        c = f_hat * c + i_hat * c_hat
+        h = o * torch.tanh(c)
+        outs.append(h)
+    return torch.stack(outs)
+
+
+def _ref_layer(x, lengths, params, hidden, chunk, bidirectional, residual):
+    """The whole ON-LSTM layer, sentence by sentence; pads 0."""
+    w_ih, w_hh, b_ih, b_hh, proj_w, proj_b = params
+    out = torch.zeros_like(x)
+    for b, n in enumerate(lengths.tolist()):
+        xs = x[:n, b]
+        hs = [_ref_direction(xs, w_ih[0], w_hh[0], b_ih[0] + b_hh[0], hidden, chunk)]
+        if bidirectional:
+            hs.append(_ref_direction(xs.flip(0), w_ih[1], w_hh[1], b_ih[1] + b_hh[1], hidden, chunk).flip(0))
+        y = torch.cat(hs, -1) @ proj_w.t() + proj_b
+        out[:n, b] = y + xs if residual else y
+    return out
+
+
+def _padded_batch(lengths, dim, dtype=torch.float64, pad_value=None, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(max(lengths), len(lengths), dim, generator=g, dtype=dtype)
+    if pad_value is not None:
+        for b, n in enumerate(lengths):
+            x[n:, b] = pad_value
+    return x, torch.tensor(lengths)
+
+
+@pytest.mark.parametrize("bidirectional", [True, False])
+@pytest.mark.parametrize("chunk", [1, 2])
+def test_onlstm_matches_reference_forward_and_gradients(bidirectional, chunk):
+    torch.manual_seed(0)
+    layer = RecurrentLayer(D_MODEL, "onlstm", hidden_dim=HIDDEN, bidirectional=bidirectional, chunk_size=chunk).double()
+    rnn = layer.rnn
+    assert rnn.num_gates == 4 * HIDDEN + 2 * HIDDEN // chunk
+    x, lengths = _padded_batch([5, 2, 4, 1], D_MODEL, pad_value=3.0)
+    upstream = torch.randn(x.shape, dtype=torch.float64)
+
+    x_mod = x.clone().requires_grad_()
+    y_mod = layer(x_mod, lengths)
+    (y_mod * upstream).sum().backward()
+
+    params = [p.detach().clone().requires_grad_() for p in
+              (rnn.weight_ih, rnn.weight_hh, rnn.bias_ih, rnn.bias_hh, layer.proj.weight, layer.proj.bias)]
+    x_ref = x.clone().requires_grad_()
+    y_ref = _ref_layer(x_ref, lengths, params, HIDDEN, chunk, bidirectional, residual=True)
+    (y_ref * upstream).sum().backward()
+
+    torch.testing.assert_close(y_mod, y_ref, atol=1e-10, rtol=1e-9)
+    torch.testing.assert_close(x_mod.grad, x_ref.grad, atol=1e-10, rtol=1e-9)
+    mine = (rnn.weight_ih, rnn.weight_hh, rnn.bias_ih, rnn.bias_hh, layer.proj.weight, layer.proj.bias)
+    for name, p, q in zip(["weight_ih", "weight_hh", "bias_ih", "bias_hh", "proj.weight", "proj.bias"], mine, params):
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-10, rtol=1e-9, msg=name)
+    # pad positions: exactly zero output, exactly zero gradient
+    pad = torch.arange(x.size(0)).unsqueeze(1) >= lengths.unsqueeze(0)
+    assert (y_mod[pad] == 0).all() and (x_mod.grad[pad] == 0).all()
+
+
+@pytest.mark.parametrize("chunk", [1, 2])
+@pytest.mark.parametrize("num_dir", [1, 2])
+def test_onlstm_function_gradcheck(num_dir, chunk):
+    """The hand-written backward against finite differences (float64)."""
+    torch.manual_seed(1)
+    gates = 4 * HIDDEN + 2 * HIDDEN // chunk
+    xg = torch.randn(num_dir, 4, 3, gates, dtype=torch.float64, requires_grad=True)
+    w = (0.5 * torch.randn(num_dir, HIDDEN, gates, dtype=torch.float64)).requires_grad_()
+    assert torch.autograd.gradcheck(lambda a, b: _ONLSTMFunction.apply(a, b, HIDDEN, chunk, True), (xg, w))
+
+
+def test_scripted_and_eager_loops_agree_and_no_grad_path():
+    torch.manual_seed(2)
+    xg = torch.randn(2, 6, 3, 4 * HIDDEN + 2 * HIDDEN)
+    w = 0.5 * torch.randn(2, HIDDEN, 4 * HIDDEN + 2 * HIDDEN)
+    scripted = recurrent._onlstm_forward(xg, w, HIDDEN, 1, True)
+    eager = recurrent._onlstm_forward_eager(xg, w, HIDDEN, 1, True)
+    for a, b in zip(scripted, eager):
+        torch.testing.assert_close(a, b)
+    lean = recurrent._onlstm_forward(xg, w, HIDDEN, 1, False)
+    torch.testing.assert_close(lean[0], scripted[0])
+    assert lean[1].size(0) == 1  # nothing kept per step without grad
+
+    layer = RecurrentLayer(D_MODEL, "onlstm", hidden_dim=HIDDEN)
+    x, lengths = _padded_batch([4, 3], D_MODEL, dtype=torch.float32)
+    with torch.no_grad():
+        y_nograd = layer(x, lengths)
+    torch.testing.assert_close(y_nograd, layer(x, lengths))
+
+
+def test_loop_is_scripted():
+    # the speed path: no Python per time step (falls back to eager only if TorchScript is gone)
+    assert isinstance(recurrent._onlstm_forward, torch.jit.ScriptFunction)
+    assert isinstance(recurrent._onlstm_backward, torch.jit.ScriptFunction)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_cumax_monotone_in_unit_interval(dtype):
+    torch.manual_seed(3)
+    x = (10 * torch.randn(64, 37)).to(dtype)
+    y = cumax(x)
+    assert y.dtype == dtype
+    y = y.double()
+    assert (y[:, 1:] >= y[:, :-1]).all()
+    assert (y >= 0).all() and (y <= 1 + 1e-6).all()
+    torch.testing.assert_close(y[:, -1], torch.ones(64, dtype=torch.float64), atol=1e-2 if dtype == torch.bfloat16 else 1e-6, rtol=0)
+    one_minus = 1 - y
+    assert (one_minus[:, 1:] <= one_minus[:, :-1]).all()
+
+
+def test_master_gates_in_the_loop_are_monotone():
+    """The master gates the recurrence actually used (from the saved softmax probabilities)."""
+    torch.manual_seed(4)
+    m = HIDDEN // 2
+    xg = 5 * torch.randn(2, 5, 3, 4 * HIDDEN + 2 * m)
+    _, _, _, probs, _ = recurrent._onlstm_forward(xg, torch.randn(2, HIDDEN, 4 * HIDDEN + 2 * m), HIDDEN, 2, True)
+    master = torch.cumsum(probs, -1)  # [T, D, B, 2, m]: master forget, cumax behind master input
+    assert probs.shape[-2:] == (2, m)
+    assert (master[..., 1:] >= master[..., :-1]).all()
+    assert (master >= 0).all() and (master <= 1 + 1e-6).all()
+    master_input = 1 - master[..., 1, :]
+    assert (master_input[..., 1:] <= master_input[..., :-1]).all()
+
+
+def test_reversal_index():
+    idx = reversal_index(torch.tensor([3, 1, 4]), 4)
+    assert idx.t().tolist() == [[2, 1, 0, 3], [0, 1, 2, 3], [3, 2, 1, 0]]
+    # an involution
+    assert torch.equal(torch.gather(idx, 0, idx), torch.arange(4).unsqueeze(1).expand(4, 3))
+
+
+@pytest.mark.parametrize("cell", ["onlstm", "lstm"])
+@pytest.mark.parametrize("bidirectional", [True, False])
+@pytest.mark.parametrize("residual", [True, False])
+def test_padding_does_not_matter(cell, bidirectional, residual):
+    """Each sentence alone equals the same sentence inside a padded batch (pads hold junk)."""
+    torch.manual_seed(5)
+    layer = RecurrentLayer(D_MODEL, cell, hidden_dim=HIDDEN, bidirectional=bidirectional, residual=residual)
+    lengths = [3, 7, 1, 5]
+    x, lens = _padded_batch(lengths, D_MODEL, dtype=torch.float32, pad_value=7.5)
+    x.requires_grad_()
+    y = layer(x, lens)
+    upstream = torch.randn(y.shape)
+    (y * upstream).sum().backward()
+    batch_grads = {n: p.grad.clone() for n, p in layer.named_parameters()}
+    summed = {n: torch.zeros_like(p) for n, p in layer.named_parameters()}
+    for b, n in enumerate(lengths):
+        layer.zero_grad()
+        xb = x.detach()[:n, b : b + 1].clone().requires_grad_()
+        yb = layer(xb, torch.tensor([n]))
+        torch.testing.assert_close(y[:n, b : b + 1], yb, atol=1e-5, rtol=1e-5)
+        (yb * upstream[:n, b : b + 1]).sum().backward()
+        torch.testing.assert_close(x.grad[:n, b : b + 1], xb.grad, atol=1e-5, rtol=1e-5)
+        for name, p in layer.named_parameters():
+            summed[name] += p.grad
+        assert (y[n:, b] == 0).all()
+        assert (x.grad[n:, b] == 0).all()
+    # pad steps add nothing to the parameter gradients either
+    for name in summed:
+        torch.testing.assert_close(batch_grads[name], summed[name], atol=1e-5, rtol=1e-4, msg=name)
+
+
+@pytest.mark.parametrize("bidirectional", [True, False])
+def test_lstm_layer_equals_nn_lstm_sentence_by_sentence(bidirectional):
+    torch.manual_seed(6)
+    layer = RecurrentLayer(D_MODEL, "lstm", hidden_dim=HIDDEN, bidirectional=bidirectional).double()
+    assert isinstance(layer.rnn, nn.LSTM)
+    lengths = [4, 6, 2]
+    x, lens = _padded_batch(lengths, D_MODEL, pad_value=-9.0)
+    y = layer(x, lens)
+    for b, n in enumerate(lengths):
+        h, _ = layer.rnn(x[:n, b : b + 1])  # plain nn.LSTM on the sentence alone, no packing
+        expected = layer.proj(h) + x[:n, b : b + 1]
+        torch.testing.assert_close(y[:n, b : b + 1], expected, atol=1e-12, rtol=1e-10)
+        assert (y[n:, b] == 0).all()
+
+
+def test_parameter_counts_at_d512():
+    def count(module):
+        return sum(p.numel() for p in module.parameters())
+
+    assert count(RecurrentLayer(512, "lstm")) == 4_727_296
+    assert count(RecurrentLayer(512, "onlstm")) == 6_828_544  # biases on input and recurrent projections
+    onlstm = RecurrentLayer(512, "onlstm")
+    assert onlstm.rnn.weight_ih.shape == (2, 512, 3072) and onlstm.rnn.bias_hh.shape == (2, 3072)
+    assert onlstm.proj.weight.shape == (512, 1024)
+    # one direction: hidden -> d projection; chunking shrinks the master gates
+    assert RecurrentLayer(512, "onlstm", bidirectional=False).proj.weight.shape == (512, 512)
+    assert count(RecurrentLayer(512, "onlstm", chunk_size=8).rnn) == 2 * (4 * 512 + 2 * 64) * (512 + 512 + 2)
+
+
+def test_init_bounds_and_errors():
+    layer = RecurrentLayer(8, "onlstm", hidden_dim=16)
+    bound = 1 / 16 ** 0.5
+    for p in layer.rnn.parameters():
+        assert p.abs().max() <= bound
+    with pytest.raises(ValueError):
+        RecurrentLayer(8, "onlstm", hidden_dim=6, chunk_size=4)
+    with pytest.raises(ValueError):
+        RecurrentLayer(8, "gru")
+    with pytest.raises(ValueError):
+        RecurrentLayer(8, "lstm", chunk_size=2)
+
+
+def test_dropout_on_output_only_and_no_state():
+    torch.manual_seed(7)
+    layer = RecurrentLayer(D_MODEL, "onlstm", hidden_dim=HIDDEN, dropout=0.5, residual=False)
+    assert list(layer.buffers()) == []
+    x, lengths = _padded_batch([4, 2], D_MODEL, dtype=torch.float32)
+    layer.train()
+    a, b = layer(x, lengths), layer(x, lengths)
+    assert not torch.equal(a, b)  # fresh mask each call
+    assert (a[2:, 1] == 0).all() and (b[2:, 1] == 0).all()
+    layer.eval()
+    torch.testing.assert_close(layer(x, lengths), layer(x, lengths))
+
+
+def test_single_step_and_full_length_batches():
+    torch.manual_seed(8)
+    layer = RecurrentLayer(D_MODEL, "onlstm", hidden_dim=HIDDEN).double()
+    x, lengths = _padded_batch([1, 1], D_MODEL)
+    x.requires_grad_()
+    layer(x, lengths).sum().backward()
+    assert torch.isfinite(x.grad).all()
+    params = [p.detach().clone() for p in
+              (layer.rnn.weight_ih, layer.rnn.weight_hh, layer.rnn.bias_ih, layer.rnn.bias_hh, layer.proj.weight, layer.proj.bias)]
+    torch.testing.assert_close(layer(x, lengths), _ref_layer(x, lengths, params, HIDDEN, 1, True, True))
+
+
+@pytest.mark.parametrize("cell", ["onlstm", "lstm"])
+def test_bfloat16_autocast_and_module(cell):
+    torch.manual_seed(9)
+    layer = RecurrentLayer(16, cell, hidden_dim=16)
+    x, lengths = _padded_batch([6, 3, 5], 16, dtype=torch.float32)
+    reference = layer(x, lengths)
+
+    xa = x.clone().requires_grad_()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = layer(xa, lengths)
+    y.float().sum().backward()
+    assert torch.isfinite(y).all() and torch.isfinite(xa.grad).all()
+    assert all(torch.isfinite(p.grad).all() for p in layer.parameters())
+    torch.testing.assert_close(y.float(), reference, atol=0.1, rtol=0.05)
+
+    half = RecurrentLayer(16, cell, hidden_dim=16)
+    half.load_state_dict(layer.state_dict())
+    half = half.to(torch.bfloat16)
+    xb = x.to(torch.bfloat16).requires_grad_()
+    y = half(xb, lengths)
+    assert y.dtype == torch.bfloat16
+    y.float().sum().backward()
+    assert torch.isfinite(y).all() and torch.isfinite(xb.grad).all()
+    assert all(p.grad.dtype == torch.bfloat16 and torch.isfinite(p.grad).all() for p in half.parameters())
+    torch.testing.assert_close(y.float(), reference, atol=0.1, rtol=0.05)
+    pad = torch.arange(6).unsqueeze(1) >= lengths.unsqueeze(0)
+    assert (y[pad] == 0).all()
+
+
+def test_onlstm_module_standalone_shapes():
+    rnn = ONLSTM(5, 4, bidirectional=True, chunk_size=2)
+    out = rnn(torch.randn(3, 2, 5), torch.tensor([3, 2]))
+    assert out.shape == (3, 2, 8)
+    assert "chunk_size=2" in repr(rnn)
