@@ -277,11 +277,25 @@ def test_last_checkpoints_follow_training_order(tmp_path):
              "checkpoint_avg5.pt", "checkpoint10.pt.tmp"]
     for name in names:
         (tmp_path / name).touch()
+
+    def saved_after(name, updates):
+        torch.save({"optimizer_history": [{"num_updates": updates}]}, tmp_path / name)
+
+    saved_after("checkpoint_3_300.pt", 300)
+    saved_after("checkpoint_last.pt", 300)  # written with checkpoint_3_300.pt: nothing newer
     last = checkpoint_average.last_checkpoints(str(tmp_path), 3)
     assert [p.rsplit("/", 1)[1] for p in last] == ["checkpoint_2_200.pt", "checkpoint2.pt",
                                                    "checkpoint_3_300.pt"]
     with pytest.raises(checkpoint_average.AverageError, match="has 6 .* 7 wanted"):
         checkpoint_average.last_checkpoints(str(tmp_path), 7)
+    # stopped by --max-update after 330 updates, before the next numbered checkpoint
+    saved_after("checkpoint_last.pt", 330)
+    last = checkpoint_average.last_checkpoints(str(tmp_path), 3)
+    assert [p.rsplit("/", 1)[1] for p in last] == ["checkpoint2.pt", "checkpoint_3_300.pt",
+                                                   "checkpoint_last.pt"]
+    (tmp_path / "checkpoint_last.pt").write_bytes(b"")
+    with pytest.raises(checkpoint_average.AverageError, match="checkpoint_last.pt is not a complete"):
+        checkpoint_average.last_checkpoints(str(tmp_path), 3)
 
 
 # ---------------------------------------------------------------------------

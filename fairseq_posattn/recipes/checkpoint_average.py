@@ -11,7 +11,10 @@ recipes use this::
 With a directory, the last checkpoints are taken in training order from both
 kinds fairseq-train writes: ``checkpoint_<epoch>_<update>.pt`` (every
 ``--save-interval-updates``) and ``checkpoint<epoch>.pt`` (end of an epoch;
-fairseq writes no ``checkpoint_<epoch>_<update>.pt`` when the two coincide).
+fairseq writes no ``checkpoint_<epoch>_<update>.pt`` when the two coincide),
+and ``checkpoint_last.pt`` when it is newer than all of them: a run stopped
+by ``--max-update`` or ``--stop-time-hours`` between two numbered checkpoints
+leaves its final weights only there.
 
 The output is the newest input checkpoint with every model tensor replaced
 by the element-wise mean over the inputs (accumulated in float64, stored in
@@ -50,13 +53,29 @@ def training_order(name: str) -> Optional[Tuple[int, float]]:
     return None
 
 
+def updates_of(path: str) -> int:
+    """The number of updates after which fairseq saved the checkpoint ``path``."""
+    allow_fairseq_checkpoint_globals()
+    try:
+        state = torch.load(path, map_location="cpu", mmap=True)
+        return int(state["optimizer_history"][-1]["num_updates"])
+    except (RuntimeError, EOFError, KeyError, IndexError, TypeError) as exc:
+        raise AverageError("%s is not a complete fairseq checkpoint (%s: %s); delete it or "
+                           "average named files with --inputs" % (path, type(exc).__name__, exc))
+
+
 def last_checkpoints(directory: str, n: int) -> List[str]:
     """The last ``n`` checkpoints of ``directory`` in training order, oldest first."""
     found = sorted((key, name) for name in os.listdir(directory)
                    for key in [training_order(name)] if key is not None)
+    final = os.path.join(directory, "checkpoint_last.pt")
+    if os.path.exists(final) and (
+            not found or updates_of(final) > updates_of(os.path.join(directory, found[-1][1]))):
+        found.append(((math.inf, math.inf), "checkpoint_last.pt"))
     if len(found) < n:
         raise AverageError(
-            "%s has %d checkpoint_<epoch>_<update>.pt / checkpoint<epoch>.pt file(s), %d "
+            "%s has %d checkpoint_<epoch>_<update>.pt / checkpoint<epoch>.pt / newer "
+            "checkpoint_last.pt file(s), %d "
             "wanted: keep more (--keep-interval-updates, --keep-last-epochs) or average fewer"
             % (directory, len(found), n))
     return [os.path.join(directory, name) for _, name in found[-n:]]
