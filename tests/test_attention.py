@@ -247,10 +247,12 @@ def test_trainable_score_terms_take_the_explicit_path():
 def test_equals_fairseq_multihead_attention(padded, fused):
     torch.manual_seed(3)
     embed, heads, T, B = 16, 4, 7, 3
-    stock = MultiheadAttention(embed, heads, self_attention=True)
-    ours = PositionAwareSelfAttention(embed, heads, fused=fused)
+    # float64: the two compute in different orders, and float32 rounding
+    # differences between them depend on the CPU's kernels
+    stock = MultiheadAttention(embed, heads, self_attention=True).double()
+    ours = PositionAwareSelfAttention(embed, heads, fused=fused).double()
     ours.load_state_dict(stock.state_dict())
-    x = torch.randn(T, B, embed, requires_grad=True)
+    x = torch.randn(T, B, embed, dtype=torch.float64, requires_grad=True)
     mask = None
     if padded:
         mask = torch.zeros(B, T, dtype=torch.bool)
@@ -258,13 +260,13 @@ def test_equals_fairseq_multihead_attention(padded, fused):
         mask[2, :1] = True
     expected, _ = stock(x, x, x, key_padding_mask=mask, need_weights=False)
     actual, _ = ours(x, key_padding_mask=mask)
-    torch.testing.assert_close(actual, expected, atol=1e-6, rtol=0)
+    torch.testing.assert_close(actual, expected, atol=1e-12, rtol=0)
 
     weight = torch.randn_like(expected)
     grads_stock = torch.autograd.grad((expected * weight).sum(), [x, *stock.parameters()])
     grads_ours = torch.autograd.grad((actual * weight).sum(), [x, *ours.parameters()])
     for a, b in zip(grads_ours, grads_stock):
-        torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
 
 
 def test_state_dict_names_are_fairseqs():
