@@ -39,7 +39,7 @@ if [[ -z "${DATA:-}" && -d "$SHARED_MULTI30K" ]]; then DATA="$(cd "$SHARED_MULTI
 # the same for every ARCH; TIME_LIMIT_HOURS=H stops a run earlier
 : "${BATCH_TOKENS:=4096}" "${LR:=1e-3}" "${WARMUP:=400}"
 : "${MAX_UPDATE:=1000}" "${TIME_LIMIT_HOURS=}" "${AVG:=3}"
-: "${SAVE_INTERVAL:=0}"          # a checkpoint per epoch (about 100 updates); the last AVG are averaged
+: "${SAVE_INTERVAL:=0}"          # a checkpoint per epoch (133 updates); the last AVG are averaged
 : "${NGPUS:=0}"
 
 source "$HERE/../common/pipeline.sh"
