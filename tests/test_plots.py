@@ -82,7 +82,7 @@ INFO | valid | {"epoch": 3, "valid_loss": "6.4", "valid_num_updates": "450"}
 
 
 def test_log_parsing_keeps_validations_and_skips_the_rest(caplog):
-    with caplog.at_level(logging.WARNING, logger="plot_curves"):
+    with caplog.at_level(logging.WARNING, logger="fairseq_posattn.train_log"):
         points = plot_curves.parse_log(SNIPPET.splitlines(keepends=True), "run.log")
     assert [p.updates for p in points] == [150, 300, 400, 450]
     assert [p.line for p in points] == [4, 8, 11, 12]

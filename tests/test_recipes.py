@@ -5,6 +5,7 @@ checkpoint averaging -> decoding -> BLEU -> paired bootstrap), with a tiny
 model and a few updates.  The raw text comes from the toy corpus, dressed up
 as the WMT14, NIST and Multi30k files (sgm, several references, Chinese)."""
 
+import json
 import re
 from pathlib import Path
 
@@ -251,3 +252,64 @@ def test_multi30k_recipe_hybrid_sentencepiece(tmp_path):
     pieces = (work / "spm120" / "test_2016_flickr.de").read_text(encoding="utf-8")
     assert "\u2581" in pieces
     assert re.search(r"test_2016_flickr: sacreBLEU \(detokenized.*\): BLEU = [\d.]+", log)
+
+
+# ---------------------------------------------------------------------------
+# Multi30k: seeds, recorded settings, control trees, exported results
+
+def test_multi30k_recipe_seeds_settings_and_control_trees(tmp_path):
+    data = tmp_path / "multi30k"
+    text = toy_text(seed=5)
+    for split, name in (("train", "train"), ("dev", "val"), ("test", "test_2016_flickr")):
+        write_lines(data / (name + ".en"), [en for en, _ in text[split]])
+        write_lines(data / (name + ".de"), [de for _, de in text[split]])
+    work, export = tmp_path / "work", tmp_path / "export"
+    env = {"DATA": str(data), "PARSER": "spacy", "ARCH": "transformer_struct", "SEED": "2",
+           "EXPORT_DIR": str(export)}
+    recipe("multi30k_en_de", env, work)
+    run_dir = work / "checkpoints" / "bpe100" / "transformer_struct.seed2"
+    settings = (run_dir / "settings.txt").read_text()
+    assert "seed=2\n" in settings and "--seed 2 " in settings and "started=" in settings
+    assert re.search(r"^commit=([0-9a-f]{40}(\+modified)?|unknown)$", settings, re.M)
+    # the exported record: one hypothesis per reference line, and the log's summary
+    for set_name in ("val", "test_2016_flickr"):
+        hyps = (export / f"transformer_struct.seed2.{set_name}.hyp").read_text().splitlines()
+        refs = (data / f"{set_name}.de").read_text().splitlines()
+        assert len(hyps) == len(refs)
+    summary = json.loads((export / "transformer_struct.seed2.train.json").read_text())
+    assert summary["updates"] == 3 and summary["settings"]["seed"] == "2"
+    assert summary["parameters"] > 0 and summary["wall_seconds"] >= 0
+    assert [v["updates"] for v in summary["validations"]] == [1, 2, 3]
+
+    # the same settings again: nothing is retrained
+    log = recipe("multi30k_en_de", {**env, "FROM_STAGE": "6", "TO_STAGE": "6"}, work)
+    assert "trained with the same settings" in log
+    # other settings in the same directory are refused, naming it
+    proc = run(["bash", REPO / "examples" / "multi30k_en_de" / "run.sh"],
+               env={**TINY, **env, "WORK": str(work), "MAX_UPDATE": "4", "FROM_STAGE": "6"},
+               check=False, timeout=120)
+    assert proc.returncode != 0
+    assert f"{run_dir} already holds a run with other settings" in proc.stderr
+    assert "--max-update 3" in proc.stderr and "--max-update 4" in proc.stderr
+    # another seed is another directory, compared with the same seed of a baseline
+    log = recipe("multi30k_en_de", {**env, "ARCH": "transformer", "SEED": "2",
+                                    "ARCH_ARGS": "--encoder-layers 2", "FROM_STAGE": "6"}, work)
+    deep = work / "checkpoints" / "bpe100" / "transformer_encoder_layers_2.seed2"
+    assert "encoder_layers=2" in (deep / "train.log").read_text()  # ARCH_ARGS win over MODEL_ARGS
+    log = recipe("multi30k_en_de", {**env, "FROM_STAGE": "8",
+                                    "COMPARE_TO": "transformer_encoder_layers_2"}, work)
+    assert "Baseline: transformer_encoder_layers_2.seed2/test_2016_flickr.hyp" in log
+
+    # control trees: their own data directory and run, over the same parses
+    log = recipe("multi30k_en_de", {**env, "CONTROL_TREES": "random-projective",
+                                    "FROM_STAGE": "5", "TO_STAGE": "7"}, work)
+    control = work / "data-bin" / "bpe100.random-projective-trees"
+    assert "random-projective control trees (seed 1) over the spacy parses" in (control / ".trees").read_text()
+    assert (control / "train.en-de.en.bin").is_symlink()
+    assert (control / "train.en-de.en.heads.bin").read_bytes() != \
+        (work / "data-bin" / "bpe100" / "train.en-de.en.heads.bin").read_bytes()
+    assert (export / "transformer_struct_random_projective_trees.seed2.test_2016_flickr.hyp").exists()
+    proc = run(["bash", REPO / "examples" / "multi30k_en_de" / "run.sh"],
+               env={**TINY, **env, "WORK": str(work), "ARCH": "transformer",
+                    "CONTROL_TREES": "left-neighbour", "FROM_STAGE": "5"}, check=False, timeout=120)
+    assert proc.returncode != 0 and "transformer reads no trees" in proc.stderr

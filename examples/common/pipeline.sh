@@ -11,11 +11,18 @@
 #   4 binarize            fairseq-preprocess
 #   5 add_trees           fairseq-posattn-parse of the tokenized source, then
 #                         fairseq-posattn-preprocess --trees-only (only when
-#                         ARCH reads dependency trees, i.e. --task translation_struct)
+#                         ARCH reads dependency trees, i.e. --task translation_struct;
+#                         CONTROL_TREES=left-neighbour|random-projective writes
+#                         deliberately wrong trees over the same words instead,
+#                         into a data directory of their own)
 #   6 train_model         fairseq-train (GPUs: --fp16, all GPUs, update-freq
-#                         for BATCH_TOKENS per update; no GPU: --cpu)
+#                         for BATCH_TOKENS per update; no GPU: --cpu); the run's
+#                         settings (commit, data, command) are recorded, and a
+#                         directory that holds a run of other settings is refused
 #   7 evaluate_model      checkpoint averaging, fairseq-generate (beam 4,
-#                         lenpen 0.6), sacreBLEU (+ tokenized compound-split BLEU)
+#                         lenpen 0.6), sacreBLEU (+ tokenized compound-split BLEU),
+#                         a summary of the training log; EXPORT_DIR=D copies the
+#                         hypotheses and the summary to D/RUN.SET.hyp, D/RUN.train.json
 #   8 compare_systems     sacrebleu paired bootstrap against COMPARE_TO
 #
 # Files under $WORK:
@@ -25,8 +32,10 @@
 #   bpe32000/ or spm32000/   subword pieces (+ links to the trees)
 #   trees-$PARSER/SET.$SRC.conllu    parses of the tokenized source
 #   data-bin/bpe32000/    binarized data, trees beside the source
-#   checkpoints/bpe32000/$NAME/, results/bpe32000/$NAME/
-# Every step leaves a marker file; a re-run skips what is done.
+#   data-bin/bpe32000.$CONTROL_TREES-trees/   the same data with control trees
+#   checkpoints/bpe32000/$RUN/, results/bpe32000/$RUN/   RUN = $NAME.seed$SEED
+# Every step leaves a marker file; a re-run skips what is done, and a killed
+# training resumes from its last checkpoint when rerun with the same settings.
 
 REPO="$(cd "$HERE/../.." && pwd)"
 
@@ -50,7 +59,8 @@ NPROC="$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)"
 : "${STANZA_DIR=}" "${STANZA_DOWNLOAD:=0}"
 : "${PARSE_WORKERS:=1}" "${PARSE_SHARD=}"
 : "${CONLLU_DIR=}"                      # PARSER=conllu: SET.$SRC.conllu files
-# model and training
+: "${CONTROL_TREES=}" "${CONTROL_TREES_SEED:=1}"  # wrong trees for a control run (stage 5)
+# model and training (ARCH_ARGS come after MODEL_ARGS: a flag in both takes ARCH_ARGS' value)
 : "${ARCH:=transformer_struct}" "${ARCH_ARGS=}" "${MODEL_ARGS=}" "${TRAIN_ARGS=}"
 : "${MAX_TOKENS:=4096}" "${BATCH_TOKENS:=25000}" "${UPDATE_FREQ:=auto}"
 : "${LR:=auto}" "${WARMUP:=4000}" "${MAX_UPDATE:=auto}" "${MAX_EPOCH=}" "${TIME_LIMIT_HOURS=}"
@@ -62,7 +72,8 @@ NPROC="$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)"
 : "${EVAL_SETS:=$VALID_SET $TEST_SETS}"
 : "${LOWERCASE_BLEU:=0}" "${COMPOUND_SPLIT:=0}"
 : "${SACREBLEU_TESTSET=}" "${SACREBLEU_SET=}"  # e.g. wmt14/full, scored as set SACREBLEU_SET
-: "${COMPARE_TO=}"
+: "${COMPARE_TO=}"                       # the baseline's NAME (same SEED)
+: "${EXPORT_DIR=}"
 
 say() { echo "[$RECIPE] $*" >&2; }
 die() { echo "[$RECIPE] ERROR: $*" >&2; exit 1; }
@@ -131,17 +142,24 @@ fi
 SUB="$WORK/$SUBWORD_TAG"
 BIN="$WORK/data-bin/$SUBWORD_TAG"
 TREES="$WORK/trees-$PARSER"
-# the experiment: NAME defaults to the arch and its extra flags
+# the experiment: NAME defaults to the arch, its extra flags and the control
+# trees; a run is one seed of it
 if [[ -z "${NAME:-}" ]]; then
     NAME="$ARCH"
     if [[ -n "$ARCH_ARGS" ]]; then
         NAME="${ARCH}_$(echo "$ARCH_ARGS" | tr -cs 'A-Za-z0-9.' '_' | sed 's/^_*//; s/_*$//')"
     fi
+    if [[ -n "$CONTROL_TREES" ]]; then NAME="${NAME}_${CONTROL_TREES//-/_}_trees"; fi
 fi
-CKPT="$WORK/checkpoints/$SUBWORD_TAG/$NAME"
-RESULTS="$WORK/results/$SUBWORD_TAG/$NAME"
+[[ "$SEED" =~ ^[0-9]+$ ]] || die "SEED must be a non-negative integer, not '$SEED'"
+RUN="$NAME.seed$SEED"
+CKPT="$WORK/checkpoints/$SUBWORD_TAG/$RUN"
+RESULTS="$WORK/results/$SUBWORD_TAG/$RUN"
+# the data the model reads: the binarized text, with the control trees beside it
+DATA_BIN="$BIN"
+if [[ -n "$CONTROL_TREES" ]]; then DATA_BIN="$BIN.$CONTROL_TREES-trees"; fi
 read -r -a TEST_ARRAY <<<"$TEST_SETS"
-read -r -a ARCH_FLAGS <<<"$ARCH_ARGS $MODEL_ARGS"
+read -r -a ARCH_FLAGS <<<"$MODEL_ARGS $ARCH_ARGS"
 read -r -a EXTRA_TRAIN_FLAGS <<<"$TRAIN_ARGS"
 
 # fairseq's split name of a set: valid, test, test1, test2, ...
@@ -281,7 +299,10 @@ plan_arch() {
         DEVICE_FLAGS=(--cpu)
         export OMP_NUM_THREADS="$THREADS" MKL_NUM_THREADS="$THREADS"
     fi
-    say "ARCH=$ARCH ${ARCH_ARGS:+(ARCH_ARGS: $ARCH_ARGS) }-> --task $TASK, $SIZE size, $NGPUS GPU(s); experiment $NAME"
+    if [[ -n "$CONTROL_TREES" && "$TASK" != translation_struct ]]; then
+        die "CONTROL_TREES=$CONTROL_TREES: $ARCH reads no trees, so control trees change nothing"
+    fi
+    say "ARCH=$ARCH ${ARCH_ARGS:+(ARCH_ARGS: $ARCH_ARGS) }-> --task $TASK, $SIZE size, $NGPUS GPU(s); run $RUN"
 }
 
 # ---- 5. trees ---------------------------------------------------------------
@@ -306,11 +327,24 @@ set_parser_flags() {  # PARSE_FLAGS=(fairseq-posattn-parse flags for set $1)
 }
 
 add_trees() {
-    if [[ "$(cat "$BIN/.trees" 2>/dev/null)" == "$PARSER" ]]; then
-        say "reusing the $PARSER trees in $BIN"
+    local kind="$PARSER" control_flags=()
+    if [[ -n "$CONTROL_TREES" ]]; then
+        kind="$CONTROL_TREES control trees (seed $CONTROL_TREES_SEED) over the $PARSER parses"
+        control_flags=(--control-trees "$CONTROL_TREES" --control-trees-seed "$CONTROL_TREES_SEED")
+    fi
+    if [[ "$(cat "$DATA_BIN/.trees" 2>/dev/null)" == "$kind" ]]; then
+        say "reusing the $kind in $DATA_BIN"
         return
     fi
     need_file "$BIN/.done" "binarize first (stage 4)"
+    if [[ "$DATA_BIN" != "$BIN" ]]; then  # the binarized text, linked; trees of its own
+        mkdir -p "$DATA_BIN"
+        local file
+        for file in "$BIN"/*; do
+            case "$file" in *.heads.* | *.piece2word.* | *.log) continue ;; esac
+            ln -sfn "$file" "$DATA_BIN/$(basename "$file")"
+        done
+    fi
     mkdir -p "$TREES"
     local set
     for set in $(all_sets); do
@@ -329,22 +363,50 @@ add_trees() {
         fi
         ln -sfn "$TREES/$set.$SRC.conllu" "$SUB/$set.$SRC.conllu"
     done
-    say "fairseq-posattn-preprocess --trees-only -> $BIN (log: $BIN/trees.log)"
-    run_logged "$BIN/trees.log" fairseq-posattn-preprocess --trees-only --source-lang "$SRC" \
-        --target-lang "$TGT" "${PREFIX_FLAGS[@]}" --destdir "$BIN" --subword-scheme "$SCHEME"
-    echo "$PARSER" >"$BIN/.trees"
+    say "fairseq-posattn-preprocess --trees-only ${control_flags[*]} -> $DATA_BIN (log: $DATA_BIN/trees.log)"
+    run_logged "$DATA_BIN/trees.log" fairseq-posattn-preprocess --trees-only --source-lang "$SRC" \
+        --target-lang "$TGT" "${PREFIX_FLAGS[@]}" --destdir "$DATA_BIN" --subword-scheme "$SCHEME" \
+        "${control_flags[@]}"
+    echo "$kind" >"$DATA_BIN/.trees"
 }
 
 # ---- 6. train ---------------------------------------------------------------
+code_version() {  # the commit of the code, +modified when the work tree differs from it
+    local commit
+    commit="$(git -C "$REPO" rev-parse HEAD 2>/dev/null)" || { echo unknown; return; }
+    git -C "$REPO" diff --quiet HEAD -- 2>/dev/null || commit+="+modified"
+    echo "$commit"
+}
+
+# check_settings FILE: record the run's settings in FILE (KEY=VALUE lines), or,
+# when FILE exists, refuse settings that differ from the recorded ones; threads
+# and start times are recorded, not compared
+check_settings() {
+    local file="$1" recorded current
+    current="$(printf '%s\n' "commit=$(code_version)" "seed=$SEED" \
+        "data=$DATA_BIN${TREES_KIND:+ ($TREES_KIND)}" \
+        "command=$(printf '%q ' "${TRAIN_COMMAND[@]}")")"
+    if [[ -f "$file" ]]; then
+        recorded="$(grep -v -E '^(threads|started)=' "$file")"
+        if [[ "$recorded" != "$current" ]]; then
+            die "$CKPT already holds a run with other settings; refusing to mix them.
+    $(diff <(echo "$recorded") <(echo "$current") | grep '^[<>]' | sed 's/^</    recorded:/; s/^>/    now:     /')
+    Use another NAME or SEED (or WORK), or delete $CKPT to train this run again."
+        fi
+    elif compgen -G "$CKPT/checkpoint*.pt" >/dev/null; then
+        die "$CKPT holds checkpoints of a run whose settings were not recorded; refusing to
+    mix them with this one. Use another NAME or SEED (or WORK), or delete $CKPT."
+    else
+        printf '%s\n' "$current" "threads=$THREADS" >"$file"
+    fi
+}
+
 train_model() {
     need_file "$BIN/.done" "binarize first (stage 4)"
-    if [[ "$TASK" == translation_struct && ! -f "$BIN/.trees" ]]; then
-        die "$ARCH reads dependency trees but $BIN has none: run stage 5"
-    fi
-    local budget="u${MAX_UPDATE}-e${MAX_EPOCH:-0}-h${TIME_LIMIT_HOURS:-0}"
-    mkdir -p "$CKPT"
-    if done_before "$CKPT/.done-$budget" "$CKPT (trained: $budget; delete the directory to train again)"; then
-        return
+    TREES_KIND=""
+    if [[ "$TASK" == translation_struct ]]; then
+        [[ -f "$DATA_BIN/.trees" ]] || die "$ARCH reads dependency trees but $DATA_BIN has none: run stage 5"
+        TREES_KIND="$(cat "$DATA_BIN/.trees")"
     fi
     local per_update=$(( MAX_TOKENS * (NGPUS > 0 ? NGPUS : 1) * NNODES ))
     if [[ "$UPDATE_FREQ" == auto ]]; then
@@ -374,17 +436,29 @@ train_model() {
                 --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" "$(command -v fairseq-train)")
     fi
     if (( NGPUS > 0 )); then dist=(--distributed-world-size "$(( NGPUS * NNODES ))"); fi
-    say "fairseq-train --arch $ARCH: $MAX_TOKENS tokens x $(( per_update / MAX_TOKENS )) device(s) x update-freq $UPDATE_FREQ = $(( per_update * UPDATE_FREQ )) tokens per update (target BATCH_TOKENS=$BATCH_TOKENS), lr $LR, $budget (log: $CKPT/train.log)"
-    "${launch[@]}" "$BIN" --user-dir "$USER_DIR" "${TASK_FLAGS[@]}" --arch "$ARCH" "${ARCH_FLAGS[@]}" \
-        --source-lang "$SRC" --target-lang "$TGT" "${share[@]}" \
-        --optimizer adam --adam-betas '(0.9, 0.98)' --adam-eps 1e-9 --clip-norm 0.0 \
-        --lr "$LR" --lr-scheduler inverse_sqrt --warmup-updates "$WARMUP" --warmup-init-lr 1e-7 \
-        --criterion label_smoothed_cross_entropy --label-smoothing 0.1 \
-        --max-tokens "$MAX_TOKENS" --update-freq "$UPDATE_FREQ" "${budget_flags[@]}" \
-        --save-dir "$CKPT" "${save_flags[@]}" --skip-invalid-size-inputs-valid-test --seed "$SEED" \
-        --log-format json --log-interval "$LOG_INTERVAL" --no-progress-bar \
-        "${dist[@]}" "${DEVICE_FLAGS[@]}" "${EXTRA_TRAIN_FLAGS[@]}" 2>&1 | tee -a "$CKPT/train.log"
-    touch "$CKPT/.done-$budget"
+    TRAIN_COMMAND=(
+        "${launch[@]}" "$DATA_BIN" --user-dir "$USER_DIR" "${TASK_FLAGS[@]}" --arch "$ARCH" "${ARCH_FLAGS[@]}"
+        --source-lang "$SRC" --target-lang "$TGT" "${share[@]}"
+        --optimizer adam --adam-betas '(0.9, 0.98)' --adam-eps 1e-9 --clip-norm 0.0
+        --lr "$LR" --lr-scheduler inverse_sqrt --warmup-updates "$WARMUP" --warmup-init-lr 1e-7
+        --criterion label_smoothed_cross_entropy --label-smoothing 0.1
+        --max-tokens "$MAX_TOKENS" --update-freq "$UPDATE_FREQ" "${budget_flags[@]}"
+        --save-dir "$CKPT" "${save_flags[@]}" --skip-invalid-size-inputs-valid-test --seed "$SEED"
+        --log-format json --log-interval "$LOG_INTERVAL" --no-progress-bar
+        "${dist[@]}" "${DEVICE_FLAGS[@]}" "${EXTRA_TRAIN_FLAGS[@]}"
+    )
+    mkdir -p "$CKPT"
+    check_settings "$CKPT/settings.txt"
+    if done_before "$CKPT/.done" "$CKPT (trained with the same settings; delete it to train again)"; then
+        return
+    fi
+    say "fairseq-train --arch $ARCH, seed $SEED: $MAX_TOKENS tokens x $(( per_update / MAX_TOKENS )) device(s) x update-freq $UPDATE_FREQ = $(( per_update * UPDATE_FREQ )) tokens per update (target BATCH_TOKENS=$BATCH_TOKENS), lr $LR, ${budget_flags[*]} (log: $CKPT/train.log)"
+    local started
+    started="$(date '+%Y-%m-%d %H:%M:%S')"
+    echo "started=$started" >>"$CKPT/settings.txt"
+    echo "[$RECIPE] fairseq-train started $started (commit $(code_version), $THREADS thread(s))" >>"$CKPT/train.log"
+    "${TRAIN_COMMAND[@]}" 2>&1 | tee -a "$CKPT/train.log"
+    touch "$CKPT/.done"
 }
 
 # ---- 7. evaluate ------------------------------------------------------------
@@ -416,7 +490,7 @@ evaluate_model() {
         gen="$RESULTS/$set.generate.txt"
         if [[ ! "$gen" -nt "$MODEL_FILE" ]]; then
             say "fairseq-generate $set ($split; beam $BEAM, lenpen $LENPEN) with $(basename "$MODEL_FILE")"
-            fairseq-generate "$BIN" --user-dir "$USER_DIR" "${TASK_FLAGS[@]}" \
+            fairseq-generate "$DATA_BIN" --user-dir "$USER_DIR" "${TASK_FLAGS[@]}" \
                 --source-lang "$SRC" --target-lang "$TGT" --gen-subset "$split" \
                 --path "$MODEL_FILE" --beam "$BEAM" --lenpen "$LENPEN" --remove-bpe "$REMOVE_BPE" \
                 --max-tokens "$GEN_MAX_TOKENS" "${DEVICE_FLAGS[@]}" \
@@ -435,8 +509,16 @@ evaluate_model() {
                 || say "sacrebleu could not get $SACREBLEU_TESTSET (offline?); the score above, against $RAW/$set.$TGT, is on the same segments"
         fi
     done
-    say "$NAME, $(basename "$MODEL_FILE"): BLEU per test set"
+    say "$RUN, $(basename "$MODEL_FILE"): BLEU per test set"
     scoring summary --results-dir "$RESULTS" --sets "${TEST_ARRAY[@]}" | tee "$RESULTS/summary.txt"
+    python -m fairseq_posattn.recipes.train_log --log "$CKPT/train.log" \
+        --settings "$CKPT/settings.txt" --out "$RESULTS/train.json"
+    if [[ -n "$EXPORT_DIR" ]]; then
+        mkdir -p "$EXPORT_DIR"
+        for set in $EVAL_SETS; do cp "$RESULTS/$set.hyp" "$EXPORT_DIR/$RUN.$set.hyp"; done
+        cp "$RESULTS/train.json" "$EXPORT_DIR/$RUN.train.json"
+        say "copied the hypotheses and the training summary of $RUN to $EXPORT_DIR"
+    fi
 }
 
 # ---- 8. significance --------------------------------------------------------
@@ -448,14 +530,14 @@ compare_systems() {
     local set base lc=()
     if [[ "$LOWERCASE_BLEU" == 1 ]]; then lc=(-lc); fi
     for set in "${TEST_ARRAY[@]}"; do
-        base="$WORK/results/$SUBWORD_TAG/$COMPARE_TO/$set.hyp"
-        need_file "$base" "train and evaluate the baseline first (NAME=$COMPARE_TO, stages 6-7)"
+        base="$WORK/results/$SUBWORD_TAG/$COMPARE_TO.seed$SEED/$set.hyp"
+        need_file "$base" "train and evaluate the baseline first (NAME=$COMPARE_TO SEED=$SEED, stages 6-7)"
         need_file "$RESULTS/$set.hyp" "evaluate $NAME first (stage 7)"
         set_references "$set"
-        say "$set: paired bootstrap resampling (sacrebleu --paired-bs), baseline $COMPARE_TO vs $NAME"
+        say "$set: paired bootstrap resampling (sacrebleu --paired-bs), baseline $COMPARE_TO vs $NAME, seed $SEED"
         # systems named by their result directories
-        (cd "$WORK/results/$SUBWORD_TAG" && sacrebleu "${REFS[@]}" -i "$COMPARE_TO/$set.hyp" \
-            "$NAME/$set.hyp" -m bleu --paired-bs "${lc[@]}" --format text 2>&1) \
+        (cd "$WORK/results/$SUBWORD_TAG" && sacrebleu "${REFS[@]}" -i "$COMPARE_TO.seed$SEED/$set.hyp" \
+            "$RUN/$set.hyp" -m bleu --paired-bs "${lc[@]}" --format text 2>&1) \
             | tee "$RESULTS/$set.vs-$COMPARE_TO.txt"
     done
 }

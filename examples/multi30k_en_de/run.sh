@@ -6,6 +6,13 @@
 #   ARCH=transformer bash examples/multi30k_en_de/run.sh             # the baseline (data reused)
 #   ARCH=onlstm_san_transformer bash examples/multi30k_en_de/run.sh  # Hao et al.'s hybrid
 #   COMPARE_TO=transformer bash examples/multi30k_en_de/run.sh       # + paired bootstrap
+#   SEED=2 ARCH=transformer ARCH_ARGS="--encoder-layers 6" bash examples/multi30k_en_de/run.sh
+#   CONTROL_TREES=random-projective bash examples/multi30k_en_de/run.sh  # wrong trees, same shape
+#
+# A run is NAME.seedSEED (NAME: the arch, its ARCH_ARGS and the control
+# trees), with directories checkpoints/bpe8000/RUN and results/bpe8000/RUN under
+# WORK; a directory that holds a run of other settings is refused.
+# EXPORT_DIR=D copies each run's hypotheses and training summary to D.
 #
 # DATA is a directory with the raw (true-cased, untokenized) files
 # train.{en,de}, val.{en,de} and test_2016_flickr.{en,de}

@@ -13,10 +13,16 @@ format and naming, O(T) per sentence:
 A tree whose words differ from the words the pieces spell, a missing or extra
 tree, or a piece count that differs from the binarized source is an error
 naming the file, line and sentence.
+
+``--control-trees left-neighbour|random-projective`` writes, instead of each
+parse, a deliberately wrong tree over the same words (see
+:mod:`fairseq_posattn.structure.control_trees`): the control run that tells
+whether a structural model gains from syntax or from any tree-shaped signal.
 """
 
 import logging
 import os
+import zlib
 
 import numpy as np
 import torch
@@ -26,7 +32,8 @@ from fairseq.data.indexed_dataset import MMapIndexedDatasetBuilder
 from fairseq_cli import preprocess
 from tqdm import tqdm
 
-from ..structure import StructureError, piece_word_map, read_conllu, words_from_pieces
+from ..structure import (CONTROL_TREES, StructureError, piece_word_map, read_conllu,
+                         words_from_pieces)
 from .tree_dataset import TREE_FILES
 
 logger = logging.getLogger("fairseq_posattn.preprocess")
@@ -42,6 +49,11 @@ def add_tree_args(parser):
                        "--task translation_struct)")
     group.add_argument("--trees-only", action="store_true",
                        help="the text is binarized already (same --destdir): write only the trees")
+    group.add_argument("--control-trees", choices=sorted(CONTROL_TREES), default=None,
+                       help="write deliberately wrong trees of the right shape over each parse's "
+                       "words instead of the parse (a control run: is the gain syntax?)")
+    group.add_argument("--control-trees-seed", type=int, default=1,
+                       help="seed of --control-trees random-projective (per split)")
     return group
 
 
@@ -70,6 +82,8 @@ def write_trees(args, split: str, input_prefix: str) -> int:
             f"CoNLL-U first (fairseq-posattn-parse), one tree per line"
         )
     scheme = args.subword_scheme
+    control = CONTROL_TREES[args.control_trees] if args.control_trees else None
+    rng = np.random.default_rng([args.control_trees_seed, zlib.crc32(split.encode())])
 
     def spelled_words(path):
         with open(path, encoding="utf-8") as lines:
@@ -105,7 +119,8 @@ def write_trees(args, split: str, input_prefix: str) -> int:
                            else "no such")
                         + " tokens; binarize this very file (same --srcdict/prefixes)"
                     )
-                heads_out.add_item(torch.tensor(tree.heads, dtype=torch.int32))
+                heads = control(len(tree), rng) if control else tree.heads
+                heads_out.add_item(torch.tensor(heads, dtype=torch.int32))
                 pieces_out.add_item(
                     torch.from_numpy(piece_word_map(pieces, scheme).astype(np.int32)))
                 count += 1
@@ -123,7 +138,8 @@ def write_trees(args, split: str, input_prefix: str) -> int:
     for name, path in partial.items():
         for ext in ("bin", "idx"):
             os.replace(f"{path}.{ext}", f"{dest}.{name}.{ext}")
-    logger.info(f"wrote {count} trees of {tree_path} to {dest}.{{heads,piece2word}}")
+    what = f"{args.control_trees} control trees over the words" if control else "trees"
+    logger.info(f"wrote {count} {what} of {tree_path} to {dest}.{{heads,piece2word}}")
     return count
 
 

@@ -9,6 +9,7 @@ Depends on numpy, torch and ``conllu`` only (not on fairseq).
 
 from .batch import batch_piece_structure
 from .conllu_io import read_conllu, write_conllu
+from .control_trees import CONTROL_TREES
 from .errors import StructureError
 from .pieces import SCHEMES, piece_word_map, words_from_pieces
 from .tree import (
@@ -21,7 +22,7 @@ from .tree import (
 )
 
 __all__ = [
-    "RULES", "SCHEMES", "DependencyTree", "StructureError", "batch_piece_structure",
+    "CONTROL_TREES", "RULES", "SCHEMES", "DependencyTree", "StructureError", "batch_piece_structure",
     "check_tree", "collapse_multiword_tokens", "piece_word_map", "read_conllu", "relative_structural_positions",
     "tree_depths", "words_from_pieces", "write_conllu",
 ]

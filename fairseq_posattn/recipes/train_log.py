@@ -1,0 +1,219 @@
+"""What a ``fairseq-train --log-format json`` log says: its validations, and
+a short summary of a run (updates, wall time, parameters, validation loss per
+epoch) for the record that goes beside a run's hypotheses.
+
+    python -m fairseq_posattn.recipes.train_log --log train.log [--settings settings.txt] \
+        [--out summary.json]
+
+A log is what ``fairseq-train --log-format json`` prints (stdout and stderr
+captured to a file, or its ``--log-file``); other lines (warnings, tracebacks)
+are skipped.  Validation lines look like::
+
+    2026-11-22 01:57:25 | INFO | valid | {"epoch": 1, "valid_loss": "6.653", ...,
+        "valid_bleu": "12.3", "valid_num_updates": "54"}
+
+Wall-clock time of a validation is fairseq's own ``wall`` meter (seconds since
+the start of training, kept across resumed runs), which the
+``train_inner``/``train`` lines carry but validation lines do not: a
+validation's time is that of the next training line after it (else the one
+before), shifted by the difference of the two lines' timestamps.  A record
+line that does not parse (a log cut while being written) is skipped with a
+warning.
+
+The wall time of a whole run is measured on the log's timestamps: from each
+``fairseq-train`` start that the recipes mark in the log (a line
+``[recipe] fairseq-train started YYYY-MM-DD HH:MM:SS``) to the last timestamp
+before the next start, summed, so that a run killed and resumed is counted
+once, without the time it was not running.
+"""
+
+import argparse
+import json
+import logging
+import re
+import sys
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Dict, List, Optional, Sequence
+
+logger = logging.getLogger("fairseq_posattn.train_log")
+
+# "<time> | <LEVEL> | <tag> | {json}" as fairseq's logging writes it
+RECORD = re.compile(
+    r"^(?:(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) \| )?[A-Z]+ \| (?P<tag>[\w.-]+) \| (?P<json>\{.*)$"
+)
+TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
+# the key of fairseq's wall meter in the records of each training tag
+WALL_KEYS = {"train_inner": "wall", "train": "train_wall"}
+
+
+@dataclass
+class Validation:
+    """One validation record of a log."""
+
+    line: int
+    updates: int
+    metrics: Dict[str, float]  # "loss", "bleu", ... (the subset prefix removed)
+    time: Optional[datetime] = None  # the line's timestamp
+    wall: Optional[float] = None  # seconds of training (fairseq's wall meter)
+    epoch: Optional[int] = None
+
+
+@dataclass
+class _Anchor:
+    line: int
+    time: datetime
+    wall: float
+
+
+@dataclass
+class _Records:
+    validations: List[Validation] = field(default_factory=list)
+    anchors: List[_Anchor] = field(default_factory=list)
+
+
+def _number(value) -> Optional[float]:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _read_records(lines: Sequence[str], name: str, subset: str) -> _Records:
+    records = _Records()
+    prefix = subset + "_"
+    decoder = json.JSONDecoder()
+    for number, line in enumerate(lines, 1):
+        match = RECORD.match(line.rstrip("\r\n"))
+        if match is None:
+            continue
+        tag = match["tag"]
+        if tag != subset and tag not in WALL_KEYS:
+            continue
+        try:
+            # raw_decode: the record may run on into another stream's output
+            stats, _ = decoder.raw_decode(match["json"])
+        except json.JSONDecodeError as exc:
+            logger.warning("%s, line %d: skipped a '%s' record that is not valid JSON (%s)",
+                           name, number, tag, exc.msg)
+            continue
+        time = datetime.strptime(match["time"], TIME_FORMAT) if match["time"] else None
+        if tag in WALL_KEYS:
+            wall = _number(stats.get(WALL_KEYS[tag]))
+            if time is not None and wall is not None:
+                records.anchors.append(_Anchor(number, time, wall))
+            continue
+        updates = _number(stats.get(prefix + "num_updates"))
+        if updates is None:
+            logger.warning("%s, line %d: skipped a '%s' record without %snum_updates",
+                           name, number, tag, prefix)
+            continue
+        metrics = {
+            key[len(prefix):]: value
+            for key, value in ((k, _number(v)) for k, v in stats.items())
+            if key.startswith(prefix) and value is not None
+        }
+        del metrics["num_updates"]
+        wall = metrics.pop("wall", None)  # not logged by fairseq 0.12; see the module doc
+        epoch = _number(stats.get("epoch"))
+        records.validations.append(Validation(number, int(updates), metrics, time, wall,
+                                              None if epoch is None else int(epoch)))
+    return records
+
+
+def _add_wall_times(records: _Records) -> None:
+    """Wall time of every validation from the next (else the previous) training record."""
+    for v in records.validations:
+        if v.wall is not None or v.time is None or not records.anchors:
+            continue
+        after = [a for a in records.anchors if a.line > v.line]
+        anchor = after[0] if after else records.anchors[-1]
+        v.wall = anchor.wall + (v.time - anchor.time).total_seconds()
+
+
+def parse_log(lines: Sequence[str], name: str, subset: str = "valid") -> List[Validation]:
+    """The ``subset`` validations of one log (its lines), in log order; ``name``
+    names the log in messages.  Raises ValueError when there is none."""
+    records = _read_records(lines, name, subset)
+    if not records.validations:
+        raise ValueError(
+            f"{name}: no '{subset}' validation record (lines '... | {subset} | {{...}}'); "
+            f"give the output of fairseq-train --log-format json that ran at least one validation"
+        )
+    _add_wall_times(records)
+    return records.validations
+
+
+def read_log(path: str, subset: str = "valid") -> List[Validation]:
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return parse_log(f.readlines(), path, subset)
+
+START = re.compile(r"fairseq-train started (?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
+TIMESTAMP = re.compile(r"^(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) \|")
+PARAMS = re.compile(r"num\. (?:shared )?model params: (?P<count>[\d,]+)")
+
+
+def training_seconds(lines: Sequence[str]) -> Optional[float]:
+    """Seconds from each marked ``fairseq-train`` start to the last timestamp
+    before the next one, summed; None without a start marker."""
+    total, start, last = 0.0, None, None
+    for line in lines:
+        marker = START.search(line)
+        if marker:
+            if start is not None and last is not None:
+                total += max(0.0, (last - start).total_seconds())
+            start = last = datetime.strptime(marker["time"], TIME_FORMAT)
+            continue
+        stamp = TIMESTAMP.match(line)
+        if stamp and start is not None:
+            last = datetime.strptime(stamp["time"], TIME_FORMAT)
+    if start is None:
+        return None
+    return total + max(0.0, (last - start).total_seconds())
+
+
+def summarize(lines: Sequence[str], name: str) -> Dict[str, object]:
+    """Updates, wall time, parameters and the validation loss per epoch of one log."""
+    validations = parse_log(lines, name)
+    params = [int(m["count"].replace(",", "")) for m in map(PARAMS.search, lines) if m]
+    seconds = training_seconds(lines)
+    return {
+        "updates": max(v.updates for v in validations),
+        "epochs": max((v.epoch for v in validations if v.epoch is not None), default=None),
+        "wall_seconds": None if seconds is None else round(seconds),
+        "parameters": params[-1] if params else None,
+        "validations": [
+            {"epoch": v.epoch, "updates": v.updates,
+             **{k: v.metrics[k] for k in ("loss", "nll_loss", "ppl") if k in v.metrics}}
+            for v in validations
+        ],
+    }
+
+
+def main(argv: Optional[Sequence[str]] = None) -> Dict[str, object]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--log", required=True, help="fairseq-train --log-format json output")
+    parser.add_argument("--settings", help="a run's settings record (KEY=VALUE lines), included")
+    parser.add_argument("--out", help="write the summary here as JSON (default: stdout)")
+    args = parser.parse_args(argv)
+    try:
+        with open(args.log, encoding="utf-8", errors="replace") as f:
+            summary = summarize(f.readlines(), args.log)
+        if args.settings:
+            with open(args.settings, encoding="utf-8") as f:
+                summary = {"settings": dict(line.rstrip("\n").split("=", 1) for line in f
+                                            if "=" in line), **summary}
+    except (OSError, ValueError) as exc:
+        sys.exit(f"train_log: error: {exc}")
+    text = json.dumps(summary, indent=1) + "\n"
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
+    return summary
+
+
+if __name__ == "__main__":
+    logging.basicConfig(format="%(name)s: %(levelname)s: %(message)s")
+    main()

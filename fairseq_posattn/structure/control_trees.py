@@ -1,0 +1,64 @@
+"""Deliberately wrong dependency trees of the right shape, for control runs.
+
+A model given structural positions (Wang et al. 2019) may gain from the
+syntax of the parses or merely from having a second, tree-shaped position
+signal.  Training it once more on trees that are well formed (one root, no
+cycle, projective, one head per word) but carry no syntax separates the two:
+if it scores as with the parser's trees, the gain is not syntax.
+
+* ``left-neighbour``: every word is attached to the word on its left; the
+  first word is the root.  Depth equals sequential position, so the trees
+  add nothing that the word order does not already give.
+* ``random-projective``: a random projective tree, drawn top-down: a span's
+  head is a word drawn uniformly from the span; the words left of it and the
+  words right of it are each cut at random gaps (probability 1/2 each) into
+  contiguous sub-spans, each of which becomes a subtree of the head.  Heads
+  may thus have several dependents on either side, as in real parses.
+
+Both depend only on the sentence length (and the generator), not on words.
+"""
+
+from typing import Callable, Dict, List
+
+import numpy as np
+
+from .errors import fail
+
+
+def left_neighbour_heads(n: int, rng: np.random.Generator = None) -> List[int]:
+    """Heads (1-based, 0 = root) of the chain in which word i+1 hangs from word i."""
+    _check_length(n)
+    return list(range(n))
+
+
+def random_projective_heads(n: int, rng: np.random.Generator) -> List[int]:
+    """Heads (1-based, 0 = root) of a random projective tree over ``n`` words
+    (see the module docstring for how it is drawn)."""
+    _check_length(n)
+    heads = [0] * n
+    # spans [lo, hi) of 0-based words whose subtree hangs from `parent` (1-based; 0 = root)
+    todo = [(0, n, 0)]
+    while todo:
+        lo, hi, parent = todo.pop()
+        head = int(rng.integers(lo, hi))
+        heads[head] = parent
+        for side_lo, side_hi in ((lo, head), (head + 1, hi)):
+            start = side_lo
+            for gap in range(side_lo + 1, side_hi):
+                if rng.random() < 0.5:
+                    todo.append((start, gap, head + 1))
+                    start = gap
+            if start < side_hi:
+                todo.append((start, side_hi, head + 1))
+    return heads
+
+
+CONTROL_TREES: Dict[str, Callable[[int, np.random.Generator], List[int]]] = {
+    "left-neighbour": left_neighbour_heads,
+    "random-projective": random_projective_heads,
+}
+
+
+def _check_length(n: int) -> None:
+    if n < 1:
+        raise fail("the sentence has no words", "a tree needs at least one word")

@@ -1,0 +1,116 @@
+"""Control trees: well-formed, projective, seeded, not syntax; and
+fairseq-posattn-preprocess --control-trees writes them over the parse's words."""
+
+import numpy as np
+import pytest
+
+from fairseq_posattn.structure import CONTROL_TREES, StructureError, check_tree, tree_depths
+from fairseq_posattn.structure.control_trees import left_neighbour_heads, random_projective_heads
+
+from test_translation_struct import SPLITS, bpe_dir, preprocess  # noqa: F401 (fixture)
+
+
+def dependents(heads):
+    """children[h] = the 1-based dependents of word h (0 = the root's)."""
+    children = {h: [] for h in range(len(heads) + 1)}
+    for d, h in enumerate(heads, 1):
+        children[h].append(d)
+    return children
+
+
+def subtree(heads, h):
+    children, out, todo = dependents(heads), set(), [h]
+    while todo:
+        word = todo.pop()
+        out.add(word)
+        todo.extend(children[word])
+    return out
+
+
+def is_projective(heads):
+    """Every word between a head and its dependent is in the head's subtree (naive)."""
+    for d, h in enumerate(heads, 1):
+        if h == 0:
+            continue
+        below = subtree(heads, h)
+        if any(w not in below for w in range(min(h, d) + 1, max(h, d))):
+            return False
+    return True
+
+
+def test_projectivity_check_can_fail():
+    assert is_projective([2, 0, 2])
+    assert not is_projective([3, 4, 0, 3])  # arcs 1<-3 and 2<-4 cross
+
+
+def test_left_neighbour_is_the_chain_whose_depth_is_the_position():
+    heads = left_neighbour_heads(5)
+    assert heads == [0, 1, 2, 3, 4]
+    assert tree_depths(heads).tolist() == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 7, 40, 200])
+def test_random_projective_trees_are_single_rooted_projective_trees(n):
+    rng = np.random.default_rng(n)
+    for _ in range(30):
+        heads = random_projective_heads(n, rng)
+        check_tree(heads)
+        assert len(heads) == n and heads.count(0) == 1
+        assert is_projective(heads)
+
+
+def test_random_projective_trees_vary_like_parses():
+    rng = np.random.default_rng(0)
+    trees = [tuple(random_projective_heads(6, rng)) for _ in range(400)]
+    assert len(set(trees)) > 100
+    roots = {t.index(0) for t in trees}
+    assert roots == set(range(6))  # any word can be the root
+    # heads with two dependents on the same side occur (not only binary trees)
+    def two_on_one_side(t):
+        kids = dependents(list(t))
+        return any(sum(d < h for d in kids[h]) >= 2 or sum(d > h for d in kids[h]) >= 2
+                   for h in range(1, 7))
+    assert any(map(two_on_one_side, trees))
+    depths = [tree_depths(list(t)).max() for t in trees]
+    assert min(depths) == 1 and max(depths) >= 4
+
+
+def test_random_projective_trees_follow_the_seed():
+    a = [random_projective_heads(12, np.random.default_rng(3)) for _ in range(3)]
+    b = [random_projective_heads(12, np.random.default_rng(3)) for _ in range(3)]
+    c = [random_projective_heads(12, np.random.default_rng(4)) for _ in range(3)]
+    assert a == b and a != c
+
+
+@pytest.mark.parametrize("name", sorted(CONTROL_TREES))
+def test_an_empty_sentence_has_no_control_tree(name):
+    with pytest.raises(StructureError, match="no words"):
+        CONTROL_TREES[name](0, np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("control", sorted(CONTROL_TREES))
+def test_preprocess_writes_control_trees_over_the_same_pieces(bpe_dir, tmp_path, control):  # noqa: F811
+    from fairseq.data import data_utils
+
+    parsed, wrong, again = tmp_path / "parsed", tmp_path / "wrong", tmp_path / "again"
+    preprocess(bpe_dir, parsed)
+    preprocess(bpe_dir, wrong, "--control-trees", control)
+    preprocess(bpe_dir, again, "--control-trees", control)
+    differs = 0
+    for split in SPLITS:
+        def load(dest, name):
+            return data_utils.load_indexed_dataset(str(dest / f"{split}.en-de.en.{name}"), None)
+        true_heads, wrong_heads = load(parsed, "heads"), load(wrong, "heads")
+        assert len(true_heads) == len(wrong_heads)
+        for i in range(len(true_heads)):
+            heads = wrong_heads[i].tolist()
+            assert len(heads) == len(true_heads[i])
+            check_tree(heads)
+            assert is_projective(heads)
+            if control == "left-neighbour":
+                assert heads == left_neighbour_heads(len(heads))
+            differs += heads != true_heads[i].tolist()
+            # the same words and pieces; a rerun writes the same trees
+            assert load(wrong, "piece2word")[i].tolist() == load(parsed, "piece2word")[i].tolist()
+            assert load(again, "heads")[i].tolist() == heads
+    assert differs > 0
