@@ -51,6 +51,7 @@ setup(
             "fairseq-posattn-preprocess = fairseq_posattn.data.preprocess:cli_main",
             "fairseq-posattn-dump-states = fairseq_posattn.analysis.states:cli_main",
             "fairseq-posattn-probe = fairseq_posattn.analysis.probe:cli_main",
+            "fairseq-posattn-ablation-report = fairseq_posattn.recipes.ablation_report:main",
         ],
     },
 )

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Multi30k ablation over seeds (docs/ablation-multi30k.md): what sequential
+# The Multi30k ablation over seeds (docs/results.md): what sequential
 # relative positions, dependency structure and the ON-LSTM each add.
 #
 #   bash examples/multi30k_en_de/ablation.sh C:1 B:1     # jobs ROW:SEED, one after another

@@ -1,0 +1,268 @@
+"""An ablation over seeds from its committed outputs: BLEU per row and seed,
+mean ± standard deviation, the differences that matter with a paired test per
+seed, and a learning-curve figure per row.
+
+    fairseq-posattn-ablation-report --results docs/results/multi30k \\
+        --references ../multi30k --lang de --sets val test_2016_flickr --seeds 1 2 3 \\
+        --row A=transformer --row B=transformer_posattn_relative_positions ... \\
+        --difference C-B --difference B-A ... \\
+        --markdown docs/results/multi30k/report.md --figure docs/figures/multi30k_seeds.png
+
+``--results`` holds, per run (``NAME.seedN``, as the recipes' ``EXPORT_DIR``
+writes them), the detokenized hypotheses ``NAME.seedN.SET.hyp`` and the
+training summary ``NAME.seedN.train.json``.  ``--references`` holds the raw
+references ``SET.LANG``.  Every score is sacreBLEU's on those two files, so
+anyone can re-score a committed hypothesis file.
+
+A difference ``X-Y`` is row X minus row Y, per seed (the same seed of both),
+with sacreBLEU's paired bootstrap resampling (Koehn 2004; ``--test bs``, 1000
+resamples) or paired approximate randomisation (Riezler & Maxwell 2005;
+``--test ar``, 10000 trials) for each seed, and the mean and standard
+deviation of the per-seed differences.  Rows and seeds without committed
+hypotheses are reported as missing, so a partial ablation can be reported.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from sacrebleu.metrics import BLEU
+
+from .corpus import read_lines
+
+
+class ReportError(ValueError):
+    pass
+
+
+@dataclass
+class Row:
+    label: str
+    name: str
+
+
+def parse_row(text: str) -> Row:
+    label, sep, name = text.partition("=")
+    if not sep or not label or not name:
+        raise argparse.ArgumentTypeError(f"--row {text!r}: give LABEL=NAME, e.g. A=transformer")
+    return Row(label, name)
+
+
+def parse_difference(text: str) -> Tuple[str, str]:
+    x, sep, y = text.partition("-")
+    if not sep or not x or not y:
+        raise argparse.ArgumentTypeError(f"--difference {text!r}: give X-Y, e.g. C-B")
+    return x, y
+
+
+def run_file(results: str, name: str, seed: int, what: str) -> str:
+    return os.path.join(results, f"{name}.seed{seed}.{what}")
+
+
+def load_hypotheses(results: str, row: Row, seed: int, set_name: str,
+                    refs: Sequence[str]) -> Optional[List[str]]:
+    path = run_file(results, row.name, seed, f"{set_name}.hyp")
+    if not os.path.exists(path):
+        return None
+    hyps = read_lines(path)
+    if len(hyps) != len(refs):
+        raise ReportError(f"{path} has {len(hyps)} lines but the reference of {set_name} has "
+                          f"{len(refs)}: it must hold one hypothesis per reference line, in order")
+    return hyps
+
+
+def load_summary(results: str, row: Row, seed: int) -> Optional[Dict[str, object]]:
+    path = run_file(results, row.name, seed, "train.json")
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def mean_std(values: Sequence[float]) -> Tuple[Optional[float], Optional[float]]:
+    """Mean and sample standard deviation (None where undefined)."""
+    if not values:
+        return None, None
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else None
+
+
+def paired_test(baseline: Sequence[str], system: Sequence[str], refs: Sequence[str],
+                test: str) -> float:
+    """sacreBLEU's paired test of ``system`` against ``baseline``: the p-value."""
+    from sacrebleu.significance import PairedTest
+
+    result = PairedTest([("baseline", list(baseline)), ("system", list(system))],
+                        {"BLEU": BLEU()}, [list(refs)], test_type=test, n_samples=0)()
+    return result[1]["BLEU"][1].p_value
+
+
+def collect(args) -> Dict[str, object]:
+    """Scores, summaries and paired tests of every row, seed and set."""
+    rows = {row.label: row for row in args.row}
+    for pair in args.difference:
+        for label in pair:
+            if label not in rows:
+                raise ReportError(f"--difference {'-'.join(pair)}: no --row {label}=NAME")
+    refs = {s: read_lines(os.path.join(args.references, f"{s}.{args.lang}")) for s in args.sets}
+    metric, hyps, bleu, runs = BLEU(), {}, {}, {}
+    for label, row in rows.items():
+        for seed in args.seeds:
+            summary = load_summary(args.results, row, seed)
+            if summary is not None:
+                runs[label, seed] = summary
+            for set_name in args.sets:
+                h = load_hypotheses(args.results, row, seed, set_name, refs[set_name])
+                if h is not None:
+                    hyps[label, seed, set_name] = h
+                    bleu[label, seed, set_name] = metric.corpus_score(h, [refs[set_name]]).score
+    tests = {}
+    for x, y in args.difference:
+        for seed in args.seeds:
+            for set_name in args.sets:
+                if (x, seed, set_name) in hyps and (y, seed, set_name) in hyps:
+                    tests[x, y, seed, set_name] = paired_test(
+                        hyps[y, seed, set_name], hyps[x, seed, set_name], refs[set_name], args.test)
+    return {"rows": rows, "bleu": bleu, "runs": runs, "tests": tests,
+            "signature": str(metric.get_signature()) if bleu else "nothing scored yet"}
+
+
+def _fmt(value: Optional[float], digits: int = 2, sign: bool = False) -> str:
+    if value is None:
+        return "–"
+    return f"{value:+.{digits}f}" if sign else f"{value:.{digits}f}"
+
+
+def _mean_pm_std(values: Sequence[float], sign: bool = False) -> str:
+    mean, std = mean_std(values)
+    if mean is None:
+        return "–"
+    return _fmt(mean, sign=sign) + ("" if std is None else f" ± {std:.2f}")
+
+
+def markdown(args, data: Dict[str, object]) -> str:
+    rows, bleu, runs, tests = data["rows"], data["bleu"], data["runs"], data["tests"]
+    seeds = args.seeds
+    lines = [f"sacreBLEU (detokenized hypotheses against the raw references; "
+             f"{data['signature']}); mean ± sample standard deviation over the seeds "
+             f"that have hypotheses; – = not run.", ""]
+    for set_name in args.sets:
+        lines += [f"**{set_name}**", "",
+                  "| row | run | params | min/run | " + " | ".join(f"seed {s}" for s in seeds)
+                  + " | mean ± std |",
+                  "|---|---|---:|---:|" + "---:|" * len(seeds) + "---:|"]
+        for label, row in rows.items():
+            scores = [bleu.get((label, s, set_name)) for s in seeds]
+            summaries = [runs[label, s] for s in seeds if (label, s) in runs]
+            params = {r.get("parameters") for r in summaries} - {None}
+            minutes = [r["wall_seconds"] / 60 for r in summaries if r.get("wall_seconds")]
+            lines.append(
+                f"| {label} | `{row.name}` | "
+                + (f"{params.pop() / 1e6:.2f}M" if len(params) == 1 else "–") + " | "
+                + (f"{statistics.fmean(minutes):.0f}" if minutes else "–") + " | "
+                + " | ".join(_fmt(s) for s in scores) + " | "
+                + _mean_pm_std([s for s in scores if s is not None]) + " |")
+        lines.append("")
+    if args.difference:
+        lines += [f"Differences X − Y per seed, with sacreBLEU's paired "
+                  f"{'bootstrap resampling' if args.test == 'bs' else 'approximate randomisation'}"
+                  f" p-value of X against Y in brackets; the mean ± std of the per-seed "
+                  f"differences; and the larger seed std of the two rows, the variation "
+                  f"between seeds that a difference must exceed.", "",
+                  "| difference | set | " + " | ".join(f"seed {s}" for s in seeds)
+                  + " | mean ± std | seed std (X, Y) |",
+                  "|---|---|" + "---:|" * len(seeds) + "---:|---:|"]
+        for x, y in args.difference:
+            for set_name in args.sets:
+                diffs, cells = [], []
+                for s in seeds:
+                    if (x, s, set_name) in bleu and (y, s, set_name) in bleu:
+                        d = bleu[x, s, set_name] - bleu[y, s, set_name]
+                        diffs.append(d)
+                        cells.append(f"{d:+.2f} (p = {tests[x, y, s, set_name]:.3f})")
+                    else:
+                        cells.append("–")
+                spread = [mean_std([bleu[r, s, set_name] for s in seeds
+                                    if (r, s, set_name) in bleu])[1] for r in (x, y)]
+                lines.append(f"| {x} − {y} | {set_name} | " + " | ".join(cells) + " | "
+                             + _mean_pm_std(diffs, sign=True) + " | "
+                             + ", ".join(_fmt(v) for v in spread) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot(args, data: Dict[str, object], out: str) -> None:
+    """Validation loss against updates, a panel per row, a line per seed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = list(data["rows"].items())
+    cols = min(3, len(rows))
+    nrows = (len(rows) + cols - 1) // cols
+    fig, axes = plt.subplots(nrows, cols, figsize=(4.2 * cols, 3.2 * nrows), squeeze=False,
+                             sharex=True, sharey=True, layout="constrained")
+    for k, (label, row) in enumerate(rows):
+        ax = axes[k // cols][k % cols]
+        for seed in args.seeds:
+            summary = data["runs"].get((label, seed))
+            if summary:
+                points = [(v["updates"], v["loss"]) for v in summary["validations"]]
+                ax.plot(*zip(*points), marker="o", markersize=3, label=f"seed {seed}")
+        ax.set_title(f"{label}: {row.name}", fontsize="small")
+        ax.grid(alpha=0.3)
+        ax.set_xlabel("updates")
+        ax.set_ylabel("validation loss")
+        if ax.lines:
+            ax.legend(fontsize="small")
+    for k in range(len(rows), nrows * cols):
+        axes[k // cols][k % cols].set_visible(False)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+
+
+def get_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="fairseq-posattn-ablation-report",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("--results", required=True,
+                   help="directory of NAME.seedN.SET.hyp and NAME.seedN.train.json files")
+    p.add_argument("--references", required=True, help="directory of the raw SET.LANG references")
+    p.add_argument("--lang", required=True, help="target language: the references' suffix")
+    p.add_argument("--sets", nargs="+", required=True, help="evaluation sets, e.g. val test")
+    p.add_argument("--seeds", nargs="+", type=int, required=True)
+    p.add_argument("--row", type=parse_row, action="append", required=True,
+                   help="LABEL=NAME, repeatable, in table order (NAME: the recipe's run name)")
+    p.add_argument("--difference", action="append", default=[],
+                   type=parse_difference,
+                   help="X-Y: row X minus row Y per seed with a paired test; repeatable")
+    p.add_argument("--test", choices=["bs", "ar"], default="bs",
+                   help="paired bootstrap (bs, 1000 resamples) or approximate randomisation "
+                        "(ar, 10000 trials)")
+    p.add_argument("--markdown", help="write the tables here (default: stdout)")
+    p.add_argument("--figure", help="write the learning curves here (PNG)")
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> Dict[str, object]:
+    args = get_parser().parse_args(argv)
+    try:
+        data = collect(args)
+        text = markdown(args, data)
+        if args.figure:
+            plot(args, data, args.figure)
+    except (ReportError, OSError) as exc:
+        sys.exit(f"fairseq-posattn-ablation-report: error: {exc}")
+    if args.markdown:
+        with open(args.markdown, "w", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        print(text)
+    return data
+
+
+if __name__ == "__main__":
+    main()
