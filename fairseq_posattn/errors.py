@@ -1,4 +1,11 @@
-"""The one exception type of :mod:`fairseq_posattn.structure`."""
+"""Errors about bad input that say where it is and what to do.
+
+:class:`StructureError` is the error of the tree logic (:mod:`fairseq_posattn.structure`)
+and of every reader of tree-shaped or token-level input; :func:`location` and
+:func:`fail` format ``"<file>, sentence <n>, line <m>: <problem>. <Hint>"`` for it
+and for the other readers of the package.  Imports nothing of the plugin or of
+fairseq, so the pure tree logic can use it.
+"""
 
 from typing import Optional
 

@@ -1,4 +1,11 @@
-"""Shared helpers for the test suite: running fairseq CLIs, toy data fixtures."""
+"""Shared helpers for the test suite: running fairseq CLIs, toy data fixtures.
+
+Tiers: a test marked ``slow`` trains a model, runs a command line or a recipe
+(seconds to minutes each); ``pytest -m "not slow"`` is the unit loop (float64
+and loop references, trees, data, tools: a few minutes at most).  A test is
+slow when its module says so (``pytestmark``), when it is marked itself, or
+when it uses one of the fixtures that train a model (:data:`TRAINING_FIXTURES`).
+"""
 
 import logging
 import os
@@ -22,6 +29,17 @@ def restore_root_logging():
     yield
     root.handlers[:] = handlers
     root.setLevel(level)
+
+# module- or session-scoped fixtures that train a model with fairseq-train
+TRAINING_FIXTURES = {"struct_checkpoint", "struct_run", "hybrid_checkpoint",
+                     "trained_checkpoints", "odd_checkpoint"}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if TRAINING_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
 
 REPO = Path(__file__).resolve().parents[1]
 USER_DIR = REPO / "fairseq_posattn"
@@ -116,7 +134,7 @@ def train_tiny(data_bin: Path, save_dir: Path, arch: str = "transformer", extra=
 @pytest.fixture(scope="session")
 def toy_raw(tmp_path_factory) -> Path:
     """Toy corpus (60/10/10 sentences) as plain text + CoNLL-U."""
-    from fairseq_posattn.data.toy_corpus import write_corpus
+    from fairseq_posattn.toy_corpus import write_corpus
 
     out = tmp_path_factory.mktemp("toy-raw")
     write_corpus(str(out), seed=1, **TOY_SIZES)

@@ -85,6 +85,7 @@ def test_scores_means_and_differences_are_sacrebleus(ablation):
     assert Image.open(figure).size[0] > 0
 
 
+@pytest.mark.slow
 def test_approximate_randomisation_agrees_on_a_clear_gain(ablation):
     tmp_path, _, _ = ablation
     data, _, _ = report(tmp_path, "--test", "ar")

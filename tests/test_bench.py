@@ -5,7 +5,9 @@ import json
 
 import pytest
 
-from fairseq_posattn import bench
+from fairseq_posattn.bench import models as bench
+
+pytestmark = pytest.mark.slow  # command lines, recipes, training
 
 TINY = ["--batch", "3", "--length", "9", "--embed-dim", "16", "--ffn-dim", "16", "--heads", "2",
         "--layers", "1", "--vocab", "40", "--repeats", "1"]
@@ -35,7 +37,7 @@ def test_every_row_builds_and_runs():
 
 def test_memory_and_json_output(tmp_path, capsys):
     out = tmp_path / "bench.json"
-    bench.cli_main(TINY + ["--rows", "conv2d", "--json", str(out)])
+    bench.main(TINY + ["--rows", "conv2d", "--json", str(out)])
     printed = capsys.readouterr().out
     assert "conv2d" in printed and "x base" in printed
     report = json.loads(out.read_text())
@@ -51,7 +53,7 @@ def test_rows_bring_their_baselines():
 
 
 def test_profile_reports_the_parts_of_a_hybrid(capsys):
-    report = bench.cli_main(TINY + ["--profile", "onlstm-san"])
+    report = bench.main(TINY + ["--profile", "onlstm-san"])
     for part in ("phase: forward", "phase: backward", "phase: optimizer",
                  "part: encoder recurrent layers", "part: encoder SAN layers", "part: decoder",
                  "_ONLSTMFunctionBackward"):

@@ -18,10 +18,11 @@ from packaging.version import Version
 from conftest import (TINY_MODEL_ARGS, USER_DIR, cli, free_port, run_cli, run_python,
                       subprocess_env, train_tiny)
 
-pytestmark = pytest.mark.skipif(
-    not hasattr(torch.serialization, "get_unsafe_globals_in_checkpoint"),
-    reason="needs torch >= 2.5 (weights_only loading API)",
-)
+pytestmark = [
+    pytest.mark.skipif(not hasattr(torch.serialization, "get_unsafe_globals_in_checkpoint"),
+                       reason="needs torch >= 2.5 (weights_only loading API)"),
+    pytest.mark.slow,  # trains and loads checkpoints through the command lines
+]
 # torch >= 2.6: torch.load defaults to weights_only=True
 WEIGHTS_ONLY_DEFAULT = Version(torch.__version__.split("+")[0]) >= Version("2.6")
 

@@ -15,6 +15,8 @@ from conftest import (COMMON_ARGS, USER_DIR, load_record, recorded_train_command
 
 import fairseq_posattn  # noqa: F401  (the allow-list for reading checkpoints here)
 
+pytestmark = pytest.mark.slow  # command lines, recipes, training
+
 FAMILIES = {  # name: (task, arch, extra fairseq-train flags)
     "posattn-every-option": ("translation", "transformer_posattn", [
         "--position-interactions", "PR", "--relative-positions", "--query-relative-positions",

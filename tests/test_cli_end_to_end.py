@@ -14,6 +14,8 @@ from conftest import (COMMON_ARGS, TOY_SIZES, USER_DIR, run_cli, train_tiny)
 
 from fairseq_posattn.models.transformer_posattn import DUFTER_ROWS
 
+pytestmark = pytest.mark.slow  # command lines, recipes, training
+
 # (arch, extra fairseq-train arguments): fairseq's own transformer, every
 # plugin arch, and the relative-position options that no named arch selects.
 TABLE_BOUND = ("--max-source-positions", "256")

@@ -88,6 +88,7 @@ def test_an_empty_sentence_has_no_control_tree(name):
         CONTROL_TREES[name](0, np.random.default_rng(0))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("control", sorted(CONTROL_TREES))
 def test_preprocess_writes_control_trees_over_the_same_pieces(bpe_dir, tmp_path, control):  # noqa: F811
     from fairseq.data import data_utils

@@ -26,6 +26,8 @@ import torch.distributed as dist
 from conftest import (COMMON_ARGS, USER_DIR, free_port, load_record, recorded_train_command,
                       subprocess_env)
 
+pytestmark = pytest.mark.slow  # command lines, recipes, training
+
 TINY = [
     "--encoder-layers", "2", "--decoder-layers", "1",
     "--encoder-embed-dim", "16", "--decoder-embed-dim", "16",

@@ -128,6 +128,7 @@ def accuracy(stdout):
     return float(re.search(r"\| accuracy ([0-9.]+)", stdout).group(1))
 
 
+@pytest.mark.slow
 def test_train_validate_and_table(logic_data, tmp_path, capsys):
     """fairseq-train the hybrid, fairseq-validate one split, the table and plot
     command: its entry for 3 operators equals fairseq-validate's accuracy."""
@@ -161,3 +162,15 @@ def test_train_validate_and_table(logic_data, tmp_path, capsys):
     assert examples == 6 and hybrid == again
     assert hybrid == pytest.approx(accuracy(validate.stderr + validate.stdout), abs=0.051)
     assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    # one name twice: two seeds of a model, their mean and each; the counts
+    # saved and read back give the same table without the checkpoints
+    counts = tmp_path / "counts.json"
+    table_command([str(logic_data), "--checkpoint", f"Hybrid={checkpoint}",
+                   "--checkpoint", f"Hybrid={checkpoint}", "--counts-out", str(counts)])
+    seeds_table = capsys.readouterr().out
+    row3 = next(line for line in seeds_table.splitlines() if line.startswith("| 3 |"))
+    assert row3 == f"| 3 | 6 | {hybrid:.1f} ({hybrid:.1f} / {hybrid:.1f}) |"
+    table_command(["--counts", str(counts), "--plot", str(tmp_path / "again.png")])
+    assert capsys.readouterr().out == seeds_table
+    assert (tmp_path / "again.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -14,6 +14,8 @@ import torch
 from conftest import COMMON_ARGS, USER_DIR, run, run_cli
 from fairseq_posattn.structure import DependencyTree, read_conllu, write_conllu
 
+pytestmark = pytest.mark.slow  # command lines, recipes, training
+
 TINY = [
     "--encoder-layers", "1", "--decoder-layers", "1",
     "--encoder-embed-dim", "16", "--decoder-embed-dim", "16",

@@ -1,20 +1,12 @@
-"""scripts/param_count.py: the split adds up and the encoders have the per-layer
-counts of SPEC 1.1 (LSTM 4,727,296, ON-LSTM 6,828,544, SAN 3,152,384 at d=512)."""
-
-import importlib.util
+"""fairseq-posattn-param-count: the split adds up and the encoders have the
+per-layer counts of Hao et al. (2019) at d=512 (LSTM 4,727,296, ON-LSTM
+6,828,544 with biases on both gate projections, SAN 3,152,384)."""
 
 import pytest
 
-from conftest import REPO
+from fairseq_posattn.analysis import param_count
 
 LSTM, ONLSTM, SAN = 4_727_296, 6_828_544, 3_152_384
-
-
-def param_count():
-    spec = importlib.util.spec_from_file_location("param_count", REPO / "scripts" / "param_count.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize("arch, encoder", [
@@ -26,7 +18,7 @@ def param_count():
     ("transformer_san10", 10 * SAN),
 ])
 def test_encoder_counts_and_split(arch, encoder, capsys):
-    parts = param_count().main(["--arch", arch, "--vocab", "42830",
+    parts = param_count.main(["--arch", arch, "--vocab", "42830",
                                 "--share-decoder-input-output-embed"])
     assert parts["encoder"] == encoder
     # source and target embeddings (the output projection shares the target's)
@@ -36,5 +28,5 @@ def test_encoder_counts_and_split(arch, encoder, capsys):
 
 
 def test_shared_embeddings_count_once():
-    parts = param_count().main(["--arch", "transformer", "--vocab", "1000", "--share-all-embeddings"])
+    parts = param_count.main(["--arch", "transformer", "--vocab", "1000", "--share-all-embeddings"])
     assert parts["embeddings"] == 1000 * 512

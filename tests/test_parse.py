@@ -120,7 +120,7 @@ def test_spacy_missing_model_is_a_clear_error():
     msg = str(err.value)
     assert "xx_no_such_model_sm" in msg and "pip install" in msg
     assert "requirements/parser-models.txt" in msg
-    with pytest.raises(ParserSetupError, match="needs --model"):
+    with pytest.raises(ParserSetupError, match="needs --parser-model"):
         build_parser("spacy")
 
 
@@ -210,7 +210,7 @@ def test_stanza_cli_error_has_no_traceback(tmp_path, no_network, capsys):
     inp = write_lines(tmp_path / "in.txt", EN_LINES[:2])
     with pytest.raises(SystemExit) as ex:
         cli_main(["--input", str(inp), "--output", str(tmp_path / "out.conllu"),
-                  "--backend", "stanza", "--stanza-dir", str(tmp_path / "none"),
+                  "--parser", "stanza", "--stanza-dir", str(tmp_path / "none"),
                   "--no-progress-bar"])
     assert ex.value.code == 1
     err = capsys.readouterr().err
@@ -291,7 +291,7 @@ def test_conllu_passthrough_match(tmp_path):
     gold = tmp_path / "gold.conllu"
     gold.write_text(GOLD, encoding="utf-8")
     out = tmp_path / "out.conllu"
-    cli_main(["--input", str(inp), "--output", str(out), "--backend", "conllu",
+    cli_main(["--input", str(inp), "--output", str(out), "--parser", "conllu",
               "--conllu", str(gold)])
     trees = list(read_conllu(str(out), texts=["I don't go .", "Yes"]))
     assert [t.sent_id for t in trees] == ["1", "2"]
@@ -311,7 +311,7 @@ def test_conllu_passthrough_mismatch(tmp_path, capsys, lines, expect):
     gold.write_text(GOLD, encoding="utf-8")
     out = tmp_path / "out.conllu"
     with pytest.raises(SystemExit) as ex:
-        cli_main(["--input", str(inp), "--output", str(out), "--backend", "conllu",
+        cli_main(["--input", str(inp), "--output", str(out), "--parser", "conllu",
                   "--conllu", str(gold)])
     assert ex.value.code == 1
     err = capsys.readouterr().err
@@ -324,8 +324,8 @@ def test_conllu_passthrough_mismatch(tmp_path, capsys, lines, expect):
 # ---------------------------------------------------------------------------
 
 def run_spacy(inp, out, *extra):
-    cli_main(["--input", str(inp), "--output", str(out), "--backend", "spacy",
-              "--model", SPACY_MODEL, "--no-progress-bar", *map(str, extra)])
+    cli_main(["--input", str(inp), "--output", str(out), "--parser", "spacy",
+              "--parser-model", SPACY_MODEL, "--no-progress-bar", *map(str, extra)])
     return Path(out).read_text(encoding="utf-8")
 
 
@@ -414,6 +414,7 @@ def big_corpus(tmp_path_factory):
     return inp, lines, run_spacy(inp, d / "ref.conllu", "--chunk-size", 10)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [1, 2])
 def test_killed_run_resumes_to_the_same_output(big_corpus, tmp_path, workers):
     """SIGKILL a real run (its worker processes too) once it has written a few
@@ -423,7 +424,7 @@ def test_killed_run_resumes_to_the_same_output(big_corpus, tmp_path, workers):
     out = tmp_path / "out.conllu"
     parts = Path(str(out) + ".parts")
     command = [cli("fairseq-posattn-parse"), "--input", str(inp), "--output", str(out),
-               "--backend", "spacy", "--model", SPACY_MODEL, "--chunk-size", "10",
+               "--parser", "spacy", "--parser-model", SPACY_MODEL, "--chunk-size", "10",
                "--batch-size", "4", "--workers", str(workers), "--no-progress-bar"]
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             env=subprocess_env(), start_new_session=True)
@@ -453,7 +454,7 @@ def test_shards_then_merge_equal_a_single_run(corpus, tmp_path, capsys):
     inp, lines, ref = corpus
     out = tmp_path / "out.conllu"
     run_spacy_shard = lambda *a: cli_main(
-        ["--input", str(inp), "--output", str(out), "--backend", "spacy", "--model",
+        ["--input", str(inp), "--output", str(out), "--parser", "spacy", "--parser-model",
          SPACY_MODEL, "--no-progress-bar", "--chunk-size", "5", *a])
     run_spacy_shard("--shard", "0/2")
     assert not out.exists()
@@ -481,8 +482,8 @@ def test_merge_rejects_a_doubled_or_missing_sentence(corpus, tmp_path, capsys):
     for bad in (good + first, good[len(first):]):  # one sentence doubled / missing
         chunk.write_text(bad, encoding="utf-8")
         with pytest.raises(SystemExit):
-            cli_main(["--input", str(inp), "--output", str(out), "--backend", "spacy",
-                      "--chunk-size", "5", "--model", SPACY_MODEL, "--merge-only"])
+            cli_main(["--input", str(inp), "--output", str(out), "--parser", "spacy",
+                      "--chunk-size", "5", "--parser-model", SPACY_MODEL, "--merge-only"])
         err = capsys.readouterr().err
         assert "chunk-000002.conllu" in err and "lines 11-15" in err
     assert out.read_text(encoding="utf-8") == ref  # the old output is untouched
@@ -498,12 +499,13 @@ def test_other_chunk_size_or_parser_is_not_mixed_in(corpus, tmp_path, capsys):
     assert "chunk_size" in err and "remove" in err
 
 
+@pytest.mark.slow
 def test_workers_2_equal_workers_1(corpus, tmp_path):
     inp, lines, ref = corpus
     out = tmp_path / "w2.conllu"
     proc = subprocess.run(
         [cli("fairseq-posattn-parse"), "--input", str(inp), "--output", str(out),
-         "--backend", "spacy", "--model", SPACY_MODEL, "--chunk-size", "5", "--workers", "2",
+         "--parser", "spacy", "--parser-model", SPACY_MODEL, "--chunk-size", "5", "--workers", "2",
          "--no-progress-bar"],
         capture_output=True, text=True, env=subprocess_env(), timeout=300)
     assert proc.returncode == 0, proc.stderr
@@ -551,7 +553,7 @@ def test_token_count_mismatch_is_an_error_naming_file_and_line(tmp_path, monkeyp
     monkeypatch.setattr(parse_mod, "build_parser", lambda name, **kw: _DroppingParser())
     out = tmp_path / "out.conllu"
     with pytest.raises(SystemExit) as ex:
-        cli_main(["--input", str(inp), "--output", str(out), "--backend", "spacy",
+        cli_main(["--input", str(inp), "--output", str(out), "--parser", "spacy",
                   "--chunk-size", "2", "--no-progress-bar"])
     assert ex.value.code == 1
     err = capsys.readouterr().err
@@ -561,6 +563,7 @@ def test_token_count_mismatch_is_an_error_naming_file_and_line(tmp_path, monkeyp
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_console_script_help():
     proc = subprocess.run([cli("fairseq-posattn-parse"), "--help"], capture_output=True,
                           text=True, env=subprocess_env(), timeout=120)
@@ -571,7 +574,18 @@ def test_a_run_that_failed_to_load_its_model_does_not_block_the_next(corpus, tmp
     inp, lines, ref = corpus
     out = tmp_path / "out.conllu"
     with pytest.raises(SystemExit):
-        cli_main(["--input", str(inp), "--output", str(out), "--backend", "spacy",
-                  "--model", "xx_typo_sm", "--chunk-size", "5", "--no-progress-bar"])
+        cli_main(["--input", str(inp), "--output", str(out), "--parser", "spacy",
+                  "--parser-model", "xx_typo_sm", "--chunk-size", "5", "--no-progress-bar"])
     assert "xx_typo_sm" in capsys.readouterr().err
     assert run_spacy(inp, out, "--chunk-size", 5) == ref
+
+
+def test_the_earlier_flag_names_still_work():
+    from fairseq_posattn.data.parse import get_argparser as get_parser
+
+    new = get_parser().parse_args(["--input", "a", "--output", "b", "--parser", "spacy",
+                                   "--parser-model", "m", "--parser-lang", "de"])
+    old = get_parser().parse_args(["--input", "a", "--output", "b", "--backend", "spacy",
+                                   "--model", "m", "--lang", "de"])
+    assert vars(new) == vars(old)
+    assert (new.parser, new.parser_model, new.parser_lang) == ("spacy", "m", "de")

@@ -1,8 +1,7 @@
-"""scripts/plot_curves.py (fairseq JSON logs -> learning curves) and
-scripts/plot_attention.py (attention maps beside the dependency arcs), and
-the attention recording they rest on."""
+"""fairseq-posattn-plot-curves (fairseq JSON logs -> learning curves) and
+fairseq-posattn-plot-attention (attention maps beside the dependency arcs),
+and the attention recording they rest on."""
 
-import importlib.util
 import logging
 import math
 
@@ -11,22 +10,14 @@ import pytest
 import torch
 from PIL import Image
 
-from conftest import REPO, train_tiny
+from conftest import train_tiny
 
+from fairseq_posattn.analysis import plot_attention, plot_curves
 from fairseq_posattn.analysis.attention_maps import recorded_attention, sentence_attention
 from fairseq_posattn.analysis.source import CheckpointEncoder
 from fairseq_posattn.modules.attention import PositionAwareSelfAttention
 
 
-def script(name):
-    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-plot_curves = script("plot_curves")
-plot_attention = script("plot_attention")
 
 
 @pytest.fixture(autouse=True)

@@ -18,13 +18,13 @@ from fairseq import options, tasks
 from conftest import COMMON_ARGS, USER_DIR, run_cli, run_python
 
 import fairseq_posattn  # noqa: F401  (registration)
-from fairseq_posattn.criterions.tagging_cross_entropy import tagging_accuracies, tagging_counts
+from fairseq_posattn.metrics import tagging_accuracies, tagging_counts
 from fairseq_posattn.data.tagging import (
     PAD_TAG, UNSEEN_TAG, TaggedPieceDataset, TaggedSentence, TaggingVocabulary,
     read_tagged_sentences, treebank_file,
 )
-from fairseq_posattn.models.tagger import TAGGER_ROWS
-from fairseq_posattn.modules.word_features import CharacterCNN, load_word_vectors
+from fairseq_posattn.models.tagger.model import TAGGER_ROWS
+from fairseq_posattn.models.tagger.word_features import CharacterCNN, load_word_vectors
 from fairseq_posattn.structure import DependencyTree, StructureError, read_conllu, write_conllu
 
 # ---------------------------------------------------------------- a tiny treebank
@@ -320,6 +320,7 @@ def validate_scores(stdout_and_err, subset):
     return {k: float(v) for k, v in re.findall(r"(\w+) ([-\d.]+|nan)", line)}
 
 
+@pytest.mark.slow
 def test_train_validate_and_score_from_conllu(treebank, tmp_path):
     save = tmp_path / "ckpt"
     vec = tmp_path / "toy.vec"

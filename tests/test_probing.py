@@ -16,7 +16,7 @@ from test_plots import one_torch_thread  # noqa: F401  (autouse: one torch threa
 from fairseq_posattn.analysis import probe as probe_cli
 from fairseq_posattn.analysis import states as states_cli
 from fairseq_posattn.analysis.source import CheckpointEncoder
-from fairseq_posattn.data.toy_corpus import generate_examples, to_conllu
+from fairseq_posattn.toy_corpus import generate_examples, to_conllu
 from fairseq_posattn.structure import StructureError
 
 # the ON-LSTM + SAN hybrid with structural positions in its SAN part: one

@@ -1,19 +1,26 @@
 """The structure pipeline on real gold trees: the English side of Parallel
-Universal Dependencies (../shared/data/pud, CoNLL-U) with its German
-translations -> BPE -> fairseq-posattn-preprocess -> transformer_struct ->
-fairseq-generate.  Skipped when ../shared is absent (a fresh clone)."""
+Universal Dependencies (CoNLL-U) with its German translations -> BPE ->
+fairseq-posattn-preprocess -> transformer_struct -> fairseq-generate.
 
+Runs when PUD_DIR names a directory with en_pud-ud-test.conllu and
+de_pud-ud-test.conllu (UD_English-PUD and UD_German-PUD, CC BY-SA 3.0);
+skipped otherwise."""
+
+import os
 import sys
+from pathlib import Path
 
 import pytest
 
 from fairseq_posattn.structure import read_conllu, write_conllu
 
-from conftest import COMMON_ARGS, REPO, TINY_MODEL_ARGS, USER_DIR, run, run_cli
+from conftest import COMMON_ARGS, TINY_MODEL_ARGS, USER_DIR, run, run_cli
 from test_translation_struct import reference_structure
 
-PUD = REPO.parent / "shared" / "data" / "pud"
-pytestmark = pytest.mark.skipif(not PUD.is_dir(), reason="../shared/data/pud is not here")
+PUD = Path(os.environ.get("PUD_DIR", "/nonexistent"))
+pytestmark = pytest.mark.skipif(
+    not (PUD / "en_pud-ud-test.conllu").is_file(),
+    reason="set PUD_DIR=<directory with en_pud-ud-test.conllu, de_pud-ud-test.conllu> to run")
 
 SPLITS = {"train": slice(0, 900), "valid": slice(900, 950), "test": slice(950, 1000)}
 

@@ -7,6 +7,8 @@ import pytest
 
 from conftest import REPO, run
 
+pytestmark = pytest.mark.slow  # command lines, recipes, training
+
 
 @pytest.mark.parametrize("structure", ["on", "off"])
 def test_quickstart_runs_every_step(structure, tmp_path):

@@ -6,6 +6,7 @@ model and a few updates.  The raw text comes from the toy corpus, dressed up
 as the WMT14, NIST and Multi30k files (sgm, several references, Chinese)."""
 
 import json
+import random
 import re
 from pathlib import Path
 
@@ -13,7 +14,9 @@ import pytest
 
 from conftest import REPO, run
 
-from fairseq_posattn.data.toy_corpus import detokenize, generate_splits
+from fairseq_posattn.toy_corpus import detokenize, generate_splits
+
+pytestmark = pytest.mark.slow  # command lines, recipes, training
 
 # A model that trains and decodes in seconds: 3 updates, a checkpoint after
 # each, the last 2 averaged.
@@ -107,7 +110,7 @@ def test_wmt14_recipe_two_systems_and_significance(wmt_data, tmp_path):
     assert "newstest2014:   signature: nrefs:1|case:mixed|eff:no|tok:13a" in log
     assert re.search(r"newstest2014: tokenized compound-split BLEU .*BLEU = [\d.]+", log)
     assert "signature: nrefs:1|case:mixed|eff:no|tok:none" in log
-    results = tmp_path / "results" / "bpe100" / "transformer"
+    results = tmp_path / "results" / "bpe100" / "transformer.seed1"
     hyps = (results / "newstest2014.hyp").read_text(encoding="utf-8").splitlines()
     assert len(hyps) == SIZES["test"]
     # the sgm reference was read in source order despite its reversed documents
@@ -129,8 +132,8 @@ def test_wmt14_recipe_two_systems_and_significance(wmt_data, tmp_path):
     assert (tmp_path / "data-bin" / "bpe100" / "test.en-de.en.piece2word.bin").exists()
     assert ("paired bootstrap resampling (sacrebleu --paired-bs), baseline transformer vs "
             "transformer_struct") in log
-    assert "Baseline: transformer/newstest2014.hyp" in log
-    assert "transformer_struct/newstest2014.hyp" in log and re.search(r"\(p = [\d.]+\)", log)
+    assert "Baseline: transformer.seed1/newstest2014.hyp" in log
+    assert "transformer_struct.seed1/newstest2014.hyp" in log and re.search(r"\(p = [\d.]+\)", log)
 
     # stanza's code path: without models it says which variable to set
     proc = run(["bash", REPO / "examples" / "wmt14_en_de" / "run.sh"],
@@ -218,7 +221,7 @@ def test_nist_recipe_four_references(nist_data, tmp_path):
     for k, ref in enumerate(["mt03.en", "mt03.en.ref1", "mt03.en.ref2", "mt03.en.ref3"]):
         lines = (tmp_path / "raw" / ref).read_text(encoding="utf-8").splitlines()
         assert lines == [four_references(en)[k] for en, _ in text["test"]]
-    summary = (tmp_path / "results" / "bpe100" / "transformer_struct" / "summary.txt").read_text()
+    summary = (tmp_path / "results" / "bpe100" / "transformer_struct.seed1" / "summary.txt").read_text()
     rows = {line.split()[0]: float(line.split()[1]) for line in summary.splitlines()[1:]}
     assert set(rows) == {"mt03", "mt04", "average"}
     assert rows["average"] == pytest.approx((rows["mt03"] + rows["mt04"]) / 2, abs=0.006)
@@ -235,12 +238,17 @@ def test_nist_recipe_says_what_is_missing(tmp_path):
 # ---------------------------------------------------------------------------
 # Multi30k: Hao et al.'s hybrid encoder, sentencepiece instead of BPE
 
-def test_multi30k_recipe_hybrid_sentencepiece(tmp_path):
-    data = tmp_path / "multi30k"
-    text = toy_text(seed=9)
+def multi30k_files(data: Path, seed: int) -> Path:
+    """Toy pairs as the raw Multi30k task 1 files."""
+    text = toy_text(seed=seed)
     for split, name in (("train", "train"), ("dev", "val"), ("test", "test_2016_flickr")):
         write_lines(data / (name + ".en"), [en for en, _ in text[split]])
         write_lines(data / (name + ".de"), [de for _, de in text[split]])
+    return data
+
+
+def test_multi30k_recipe_hybrid_sentencepiece(tmp_path):
+    data = multi30k_files(tmp_path / "multi30k", seed=9)
     work = tmp_path / "work"
     log = recipe("multi30k_en_de", {
         "DATA": str(data), "SUBWORD": "spm", "ARCH": "onlstm_san_transformer", "TRAIN_SIZE": "40",
@@ -258,11 +266,7 @@ def test_multi30k_recipe_hybrid_sentencepiece(tmp_path):
 # Multi30k: seeds, recorded settings, control trees, exported results
 
 def test_multi30k_recipe_seeds_settings_and_control_trees(tmp_path):
-    data = tmp_path / "multi30k"
-    text = toy_text(seed=5)
-    for split, name in (("train", "train"), ("dev", "val"), ("test", "test_2016_flickr")):
-        write_lines(data / (name + ".en"), [en for en, _ in text[split]])
-        write_lines(data / (name + ".de"), [de for _, de in text[split]])
+    data = multi30k_files(tmp_path / "multi30k", seed=5)
     work, export = tmp_path / "work", tmp_path / "export"
     env = {"DATA": str(data), "PARSER": "spacy", "ARCH": "transformer_struct", "SEED": "2",
            "EXPORT_DIR": str(export)}
@@ -291,14 +295,11 @@ def test_multi30k_recipe_seeds_settings_and_control_trees(tmp_path):
     assert proc.returncode != 0
     assert f"{run_dir} already holds a run with other settings" in proc.stderr
     assert "--max-update 3" in proc.stderr and "--max-update 4" in proc.stderr
-    # another seed is another directory, compared with the same seed of a baseline
-    log = recipe("multi30k_en_de", {**env, "ARCH": "transformer", "SEED": "2",
-                                    "ARCH_ARGS": "--encoder-layers 2", "FROM_STAGE": "6"}, work)
+    # ARCH_ARGS win over MODEL_ARGS, and name the run
+    recipe("multi30k_en_de", {**env, "ARCH": "transformer", "ARCH_ARGS": "--encoder-layers 2",
+                              "FROM_STAGE": "6", "TO_STAGE": "6"}, work)
     deep = work / "checkpoints" / "bpe100" / "transformer_encoder_layers_2.seed2"
-    assert "encoder_layers=2" in (deep / "train.log").read_text()  # ARCH_ARGS win over MODEL_ARGS
-    log = recipe("multi30k_en_de", {**env, "FROM_STAGE": "8",
-                                    "COMPARE_TO": "transformer_encoder_layers_2"}, work)
-    assert "Baseline: transformer_encoder_layers_2.seed2/test_2016_flickr.hyp" in log
+    assert "encoder_layers=2" in (deep / "train.log").read_text()
 
     # control trees: their own data directory and run, over the same parses
     log = recipe("multi30k_en_de", {**env, "CONTROL_TREES": "random-projective",
@@ -313,3 +314,47 @@ def test_multi30k_recipe_seeds_settings_and_control_trees(tmp_path):
                env={**TINY, **env, "WORK": str(work), "ARCH": "transformer",
                     "CONTROL_TREES": "left-neighbour", "FROM_STAGE": "5"}, check=False, timeout=120)
     assert proc.returncode != 0 and "transformer reads no trees" in proc.stderr
+
+
+@pytest.mark.parametrize("recipe_name, variable, source", [
+    ("multi30k_en_de", "DATA", "github.com/multi30k/dataset"),
+    ("pos_tagging", "UD", "universaldependencies.org"),
+    ("logic_inference", "DATA", "github.com/sleepinyourhat/vector-entailment"),
+])
+def test_recipes_without_data_say_where_to_get_it(recipe_name, variable, source, tmp_path):
+    proc = run(["bash", REPO / "examples" / recipe_name / "run.sh"],
+               env={"WORK": str(tmp_path), "DATA": "", "UD": ""}, check=False, timeout=120)
+    assert proc.returncode != 0
+    assert f"set {variable}=" in proc.stderr and source in proc.stderr
+    assert "shared" not in proc.stderr
+
+
+# ---------------------------------------------------------------------------
+# Logical inference: seeds of each model, the table of their means, exports
+
+def test_logic_inference_recipe_two_seeds(tmp_path):
+    from test_logic_inference import formula
+
+    from fairseq_posattn.tasks.logic_inference import RELATIONS
+
+    rng = random.Random(3)
+    data, work, export = tmp_path / "logic", tmp_path / "work", tmp_path / "export"
+    for prefix, lines in (("train", 24), ("test", 4)):
+        for k in range(13):
+            write_lines(data / f"{prefix}{k}", [
+                f"{rng.choice(RELATIONS)}\t{formula(rng, k)}\t{formula(rng, rng.randint(0, k))}"
+                for _ in range(lines)])
+    proc = run(["bash", REPO / "examples" / "logic_inference" / "run.sh"],
+               env={"DATA": str(data), "WORK": str(work), "EXPORT_DIR": str(export),
+                    "ARCHS": "logic_san logic_onlstm_san", "SEEDS": "1 2", "DIM": "16",
+                    "MAX_UPDATE": "3", "BATCH": "16", "THREADS": "1"}, timeout=600)
+    log = proc.stdout + proc.stderr
+    assert re.search(r"logic_onlstm_san\.seed2: 3 updates in \d+ s", log)
+    table = (export / "table.md").read_text()
+    assert table.splitlines()[0] == "| operators | examples | SAN | ON-LSTM+SAN |"
+    assert re.search(r"^\| 7-12 \(unseen\) \| 24 \| [\d.]+ \([\d.]+ / [\d.]+\) \|", table, re.M)
+    counts = json.loads((export / "counts.json").read_text())
+    assert [len(runs) for runs in counts["models"].values()] == [2, 2]
+    summary = json.loads((export / "logic_san.seed2.train.json").read_text())
+    assert summary["updates"] == 3 and "accuracy" in summary["validations"][-1]
+    assert (export / "figure.png").read_bytes()[:4] == b"\x89PNG"

@@ -97,6 +97,7 @@ def test_onlstm_matches_reference_forward_and_gradients(bidirectional, chunk):
     assert (y_mod[pad] == 0).all() and (x_mod.grad[pad] == 0).all()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("chunk", [1, 2])
 @pytest.mark.parametrize("num_dir", [1, 2])
 def test_onlstm_function_gradcheck(num_dir, chunk):

@@ -18,17 +18,17 @@ from conftest import COMMON_ARGS, USER_DIR, run_cli
 from fairseq import options, tasks
 from fairseq.models.transformer import TransformerConfig
 
-from fairseq_posattn.evaluation.relation_metrics import micro_scores, relation_counts
+from fairseq_posattn.metrics import micro_scores, relation_counts
 from fairseq_posattn.evaluation.relation_scores import cli_main as score_command
 from fairseq_posattn.modules.attention_config import PositionAttentionConfig
 from fairseq_posattn.modules.attention_context import AttentionContext
 from fairseq_posattn.modules.encoder_layer import PositionAwareEncoderLayer
-from fairseq_posattn.modules.entity_positions import (
+from fairseq_posattn.models.relation.entity_positions import (
     PositionAwareAttention,
     bin_distances,
     entity_distances,
 )
-from fairseq_posattn.modules.relation_encoder_layer import (
+from fairseq_posattn.models.relation.encoder_layer import (
     MaskedBatchNorm,
     RelationEncoderLayer,
     RelationLayerOptions,
@@ -369,6 +369,7 @@ def scores_in(text, prefix):
     return tuple(float(x) for x in found.groups())
 
 
+@pytest.mark.slow
 def test_train_validate_and_score(toy_tacred, tmp_path, capsys):
     """fairseq-train the paper's model on the toy corpus, then fairseq-validate
     and both modes of the scoring command agree, and the signal was learned."""

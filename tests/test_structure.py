@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fairseq_posattn.structure import (
-    StructureError, batch_piece_structure, check_tree, piece_word_map,
+    StructureError, batch_piece_structure, batch_trees_of_pieces, check_tree, piece_word_map,
     relative_structural_positions, tree_depths, words_from_pieces,
 )
 
@@ -443,14 +443,39 @@ def test_hostile_pieces_give_words_or_structure_error(pieces, scheme):
 # ---------------------------------------------------------------- purity
 
 def test_structure_imports_neither_fairseq_nor_the_rest_of_the_plugin():
-    for path in STRUCTURE_DIR.glob("*.py"):
+    """The tree logic imports the package's error helper and nothing else of
+    the plugin; the error helper imports nothing of the plugin or fairseq."""
+    errors = STRUCTURE_DIR.parent / "errors.py"
+    for path in [*STRUCTURE_DIR.glob("*.py"), errors]:
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom):
+                if node.level > 1 or (node.level == 1 and path == errors):
+                    assert node.module == "errors" and path != errors, (path, node.module)
                 names = [node.module or ""] if node.level == 0 else []
             else:
                 continue
             for name in names:
                 assert name.split(".")[0] not in ("fairseq", "fairseq_posattn"), (path, name)
 
+
+
+# ---------------------------------------------------------------- pieces -> batch
+
+def test_batch_trees_of_pieces_is_parse_then_project():
+    pieces = [["the", "ca@@", "t", "sle@@", "eps"], [], ["hello"]]
+    trees = {("the", "cat", "sleeps"): [2, 3, 0], ("hello",): [0]}
+    calls = []
+
+    def parse(words):
+        calls.append(words)
+        return [trees[tuple(w)] for w in words]
+
+    depth, rel = batch_trees_of_pieces(pieces, "subword_nmt", parse, left_pad=True, width=7)
+    assert calls == [[["the", "cat", "sleeps"], ["hello"]]]  # once, empty sentence left out
+    want_depth, want_rel, _ = batch_piece_structure(
+        [np.array([2, 3, 0]), np.zeros(0, dtype=np.int64), np.array([0])],
+        [piece_word_map(p, "subword_nmt") for p in pieces], left_pad=True, width=7)
+    assert torch.equal(depth, want_depth) and torch.equal(rel, want_rel)
+    assert depth.shape == (3, 7) and depth[1].tolist() == [0] * 7  # EOS alone at depth 0

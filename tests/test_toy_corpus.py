@@ -1,4 +1,4 @@
-"""Tests of the synthetic toy corpus (fairseq_posattn.data.toy_corpus)."""
+"""Tests of the synthetic toy corpus (fairseq_posattn.toy_corpus)."""
 
 import collections
 import dataclasses
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fairseq_posattn.data import toy_corpus as tc
+from fairseq_posattn import toy_corpus as tc
 
 
 def check_tree(heads):

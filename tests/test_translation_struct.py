@@ -229,35 +229,36 @@ def test_missing_tree_files_say_how_to_make_them(struct_bin, tmp_path):
         task.load_dataset("test")
 
 
-# fairseq-posattn-preprocess, SIGKILLed (no clean-up possible) after its n-th tree item
+# fairseq-posattn-preprocess, SIGKILLed (no clean-up possible) after its n-th tree
 DYING_PREPROCESS = """
 import os, signal, sys
-from fairseq_posattn.data import preprocess
+from fairseq_posattn.data import preprocess, tree_files
 
 kill_at = int(sys.argv[1])
+add = tree_files.TreeFileWriter.add
+added = 0
 
-class DyingBuilder(preprocess.MMapIndexedDatasetBuilder):
-    added = 0
+def dying_add(self, heads, piece2word):
+    global added
+    add(self, heads, piece2word)
+    added += 1
+    if added == kill_at:
+        os.kill(os.getpid(), signal.SIGKILL)
 
-    def add_item(self, tensor):
-        super().add_item(tensor)
-        DyingBuilder.added += 1
-        if DyingBuilder.added == kill_at:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-preprocess.MMapIndexedDatasetBuilder = DyingBuilder
+tree_files.TreeFileWriter.add = dying_add
 preprocess.cli_main(sys.argv[2:])
 """
 
 
+@pytest.mark.slow
 def test_killed_preprocess_leaves_no_tree_file_and_reruns_to_the_same_files(
         bpe_dir, struct_bin, tmp_path):
     dest = tmp_path / "bin"
     args = ["--source-lang", "en", "--target-lang", "de", "--trainpref", bpe_dir / "train",
             "--validpref", bpe_dir / "valid", "--testpref", bpe_dir / "test", "--destdir", dest,
             "--joined-dictionary", "--workers", "1"]
-    # two items (heads, piece map) per sentence: killed half-way through the valid split
-    kill_at = 2 * TOY_SIZES["train"] + TOY_SIZES["valid"]
+    # killed half-way through the valid split
+    kill_at = TOY_SIZES["train"] + TOY_SIZES["valid"] // 2
     killed = run([sys.executable, "-c", DYING_PREPROCESS, kill_at, *args], check=False)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     names = set(os.listdir(dest))
@@ -327,6 +328,7 @@ def test_interactive_without_a_parser_says_which_flag(struct_bin, struct_checkpo
     assert inter.returncode != 0 and "--parser spacy|stanza|udpipe" in inter.stderr
 
 
+@pytest.mark.slow
 def test_a_model_without_tree_inputs_is_refused(struct_bin, tmp_path):
     train = run_cli(
         "fairseq-train", struct_bin, "--user-dir", USER_DIR, "--task", "translation_struct",

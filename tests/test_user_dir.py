@@ -8,6 +8,8 @@ import pytest
 
 from conftest import REPO, USER_DIR, run_cli, run_python
 
+pytestmark = pytest.mark.slow  # command lines, recipes, training
+
 PRELUDE = textwrap.dedent("""
     import logging, sys
     from argparse import Namespace

@@ -127,8 +127,8 @@ export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 python -c 'import importlib.util as u, sys; sys.exit(not (u.find_spec("fairseq") and u.find_spec("sacremoses")))' \
     || die "no Python environment with fairseq: run 'bash scripts/setup_env.sh' (creates $REPO/.venv) or set VENV"
 USER_DIR="$REPO/fairseq_posattn"
-corpus() { python "$USER_DIR/recipes/corpus.py" "$@"; }
-scoring() { python "$USER_DIR/recipes/scoring.py" "$@"; }
+corpus() { fairseq-posattn-corpus "$@"; }
+scoring() { fairseq-posattn-score "$@"; }
 
 RAW="$WORK/raw"
 TOK="$WORK/tok"
@@ -277,7 +277,7 @@ binarize() {
 # ---- arch plan: task, size, GPUs ---------------------------------------------
 plan_arch() {
     local line out
-    if ! out="$(python -m fairseq_posattn.recipes.arch_plan --arch "$ARCH" "${ARCH_FLAGS[@]}" 2>&1)"; then
+    if ! out="$(fairseq-posattn-arch-plan --arch "$ARCH" "${ARCH_FLAGS[@]}" 2>&1)"; then
         echo "$out" | tail -n 1 >&2
         die "ARCH=$ARCH with ARCH_ARGS='$ARCH_ARGS' MODEL_ARGS='$MODEL_ARGS' is not a valid fairseq model"
     fi
@@ -309,17 +309,17 @@ plan_arch() {
 set_parser_flags() {  # PARSE_FLAGS=(fairseq-posattn-parse flags for set $1)
     case "$PARSER" in
         stanza)
-            PARSE_FLAGS=(--backend stanza --lang "$SRC")
+            PARSE_FLAGS=(--parser stanza --parser-lang "$SRC")
             if [[ -n "$STANZA_DIR" ]]; then PARSE_FLAGS+=(--stanza-dir "$STANZA_DIR"); fi
             if [[ "$STANZA_DOWNLOAD" == 1 ]]; then PARSE_FLAGS+=(--download); fi ;;
-        spacy) PARSE_FLAGS=(--backend spacy --model "${PARSER_MODEL:-en_core_web_sm}") ;;
+        spacy) PARSE_FLAGS=(--parser spacy --parser-model "${PARSER_MODEL:-en_core_web_sm}") ;;
         udpipe)
-            PARSE_FLAGS=(--backend udpipe --lang "$SRC")
-            if [[ -n "$PARSER_MODEL" ]]; then PARSE_FLAGS+=(--model "$PARSER_MODEL"); fi ;;
+            PARSE_FLAGS=(--parser udpipe --parser-lang "$SRC")
+            if [[ -n "$PARSER_MODEL" ]]; then PARSE_FLAGS+=(--parser-model "$PARSER_MODEL"); fi ;;
         conllu)
             [[ -n "$CONLLU_DIR" ]] || die "PARSER=conllu needs CONLLU_DIR=<dir with SET.$SRC.conllu files>"
             need_file "$CONLLU_DIR/$1.$SRC.conllu" "PARSER=conllu reads the parse of set $1 from CONLLU_DIR"
-            PARSE_FLAGS=(--backend conllu --conllu "$CONLLU_DIR/$1.$SRC.conllu") ;;
+            PARSE_FLAGS=(--parser conllu --conllu "$CONLLU_DIR/$1.$SRC.conllu") ;;
         *) die "PARSER must be stanza, spacy, udpipe or conllu, not '$PARSER'" ;;
     esac
     PARSE_FLAGS+=(--workers "$PARSE_WORKERS")
@@ -471,7 +471,7 @@ choose_checkpoint() {  # MODEL_FILE=the checkpoint to decode (averaged if CHECKP
                 MODEL_FILE="$CKPT/checkpoint_last.pt"
             elif [[ ! "$MODEL_FILE" -nt "$CKPT/checkpoint_last.pt" ]]; then
                 say "averaging the last $AVG checkpoints -> $MODEL_FILE"
-                python -m fairseq_posattn.recipes.checkpoint_average --inputs "$CKPT" \
+                fairseq-posattn-average-checkpoints --inputs "$CKPT" \
                     --num-checkpoints "$AVG" --output "$MODEL_FILE" >&2
             fi ;;
         *) die "CHECKPOINT must be average, best or last, not '$CHECKPOINT'" ;;
@@ -511,7 +511,7 @@ evaluate_model() {
     done
     say "$RUN, $(basename "$MODEL_FILE"): BLEU per test set"
     scoring summary --results-dir "$RESULTS" --sets "${TEST_ARRAY[@]}" | tee "$RESULTS/summary.txt"
-    python -m fairseq_posattn.recipes.train_log --log "$CKPT/train.log" \
+    fairseq-posattn-train-log --log "$CKPT/train.log" \
         --settings "$CKPT/settings.txt" --out "$RESULTS/train.json"
     if [[ -n "$EXPORT_DIR" ]]; then
         mkdir -p "$EXPORT_DIR"

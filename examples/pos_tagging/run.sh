@@ -5,14 +5,15 @@
 # words, early stopping on dev accuracy), its best checkpoint tags the test
 # split; then a Markdown table of mean +- std over seeds per variant (test
 # accuracy on all / OOV / ambiguous words) and, per treebank, the dev-accuracy
-# learning curves of the first seed (scripts/plot_curves.py).
+# learning curves of the first seed (fairseq-posattn-plot-curves).
 #
 #   bash examples/pos_tagging/run.sh
 #   TREEBANKS="UD_Afrikaans-AfriBooms UD_Hungarian-Szeged" VARIANTS="pe_add p r conv2d" \
 #       MAX_EPOCH=15 bash examples/pos_tagging/run.sh
 #
 # Environment variables:
-#   UD=DIR          treebank folders (default: ../shared/data/ud beside the repository)
+#   UD=DIR          treebank folders UD_<Language>-<Treebank> with the *-ud-{train,dev,test}.conllu
+#                   files (required: universaldependencies.org; licences per treebank)
 #   TREEBANKS="..." folders under $UD (default: UD_Afrikaans-AfriBooms)
 #   VARIANTS="..."  rows of Table 2 (default: all): san (no positions), pe_add,
 #                   pe_con, p, r, pr, temp, conv1d, conv2d; the archs are
@@ -29,7 +30,13 @@
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-UD="${UD:-$REPO/../shared/data/ud}"
+UD="${UD:-}"
+if [[ -z "$UD" ]]; then
+    echo "[pos_tagging] ERROR: set UD=<directory of UD treebank folders, e.g. UD_Afrikaans-AfriBooms>:" \
+        "Universal Dependencies releases (universaldependencies.org, or the treebanks' GitHub" \
+        "repositories; each treebank has its own licence, several are non-commercial)" >&2
+    exit 1
+fi
 TREEBANKS="${TREEBANKS:-UD_Afrikaans-AfriBooms}"
 VARIANTS="${VARIANTS:-san pe_add pe_con p r pr temp conv1d conv2d}"
 SEEDS="${SEEDS:-1 2 3}"
@@ -94,6 +101,6 @@ for tb in $TREEBANKS; do
     for variant in $VARIANTS; do
         logs+=("$WORK/$tb/$variant/seed$first_seed/train.log") labels+=(--label "$variant")
     done
-    "$PY/python" "$REPO/scripts/plot_curves.py" "${logs[@]}" "${labels[@]}" \
+    "$PY/fairseq-posattn-plot-curves" "${logs[@]}" "${labels[@]}" \
         --metric accuracy --out "$WORK/$tb/curves.png"
 done

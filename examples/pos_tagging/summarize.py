@@ -4,7 +4,7 @@ examples/pos_tagging/run.sh wrote, one Markdown table per treebank::
     python examples/pos_tagging/summarize.py examples/pos_tagging/work
 
 reads ``WORK/<treebank>/<variant>/seed<N>/test.json`` (written by
-``python -m fairseq_posattn.evaluation.pos_tagging --json``).  The standard
+``fairseq-posattn-pos-score --json``).  The standard
 deviation is the sample one (n - 1); a single seed shows none.
 """
 

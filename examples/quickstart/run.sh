@@ -81,7 +81,7 @@ mkdir -p "$WORK"
 
 # --- 1. corpus ---------------------------------------------------------------
 # the corpus is a function of its size and the generator's code
-CORPUS_ID="$TRAIN_SIZE-$(sha256sum "$USER_DIR/data/toy_corpus.py" | cut -c1-12)"
+CORPUS_ID="$TRAIN_SIZE-$(sha256sum "$USER_DIR/toy_corpus.py" | cut -c1-12)"
 if [[ ! -f "$RAW/.done-$CORPUS_ID" ]]; then
     say "writing the toy corpus ($TRAIN_SIZE/300/300 sentences) to $RAW"
     rm -rf "$RAW" "$WORK"/bpe* "$WORK"/data-bin* "$WORK/checkpoints"
@@ -150,17 +150,9 @@ else
         --seed "$SEED" --cpu --num-workers 0 \
         --log-format json --log-interval 100 --no-progress-bar \
         --save-dir "$CKPT" >>"$CKPT/train.log" 2>&1
-    python -c '
-import json, sys
-last = {}
-for line in open(sys.argv[1], encoding="utf-8"):
-    if "| valid | {" in line:
-        last = json.loads(line[line.index("| valid | {") + 10:])
-if last:
-    print("[quickstart] after %s updates: valid loss %s (best %s), nll loss %s" % (
-        last["valid_num_updates"], last["valid_loss"], last.get("valid_best_loss", "-"),
-        last["valid_nll_loss"]))
-' "$CKPT/train.log"
+    fairseq-posattn-train-log --log "$CKPT/train.log" --out "$CKPT/train.json"
+    python -c 'import json, sys; v = json.load(open(sys.argv[1]))["validations"][-1]
+print("[quickstart] after %d updates: valid loss %.3f, nll loss %.3f" % (v["updates"], v["loss"], v["nll_loss"]))' "$CKPT/train.json"
     say "training took $(( SECONDS - T0 )) s"
     touch "$CKPT/.done-$MAX_UPDATE"
 fi
@@ -173,33 +165,15 @@ fairseq-generate "$BIN" --user-dir "$USER_DIR" "${TASK_FLAGS[@]}" \
     --beam 4 --batch-size 128 \
     --cpu --num-workers 0 >"$WORK/generate-test.txt" 2>"$WORK/generate-test.log"
 
-python - "$WORK/generate-test.txt" "$RAW/test.de" <<'EOF'
-import sys
-
-from sacrebleu.metrics import BLEU
-
-from fairseq_posattn.data.toy_corpus import detokenize
-
-gen_path, ref_path = sys.argv[1:3]
-hyps = {}
-with open(gen_path, encoding="utf-8") as f:
-    for line in f:
-        if line.startswith("H-"):
-            key, _score, text = line.rstrip("\n").split("\t")
-            hyps[int(key[2:])] = text.split()
-with open(ref_path, encoding="utf-8") as f:
-    refs = [detokenize(line.split()) for line in f]
-missing = [i for i in range(len(refs)) if i not in hyps]
-if missing:
-    sys.exit("[quickstart] ERROR: no hypothesis for test sentences %s" % missing[:10])
-sys_out = [detokenize(hyps[i]) for i in range(len(refs))]
-bleu = BLEU()
-score = bleu.corpus_score(sys_out, [refs])
-exact = sum(h == r for h, r in zip(sys_out, refs))
-print("[quickstart] %d test sentences, %d translated exactly" % (len(refs), exact))
-print("[quickstart] %s" % score)
-print("[quickstart] sacrebleu signature: %s" % bleu.get_signature())
-EOF
+# the references and hypotheses detokenized alike (sacremoses), scored by sacreBLEU
+fairseq-posattn-corpus detokenize --lang de --input "$RAW/test.de" --output "$WORK/test.detok.de" 2>/dev/null
+fairseq-posattn-score score --generate-output "$WORK/generate-test.txt" \
+    --references "$WORK/test.detok.de" --lang de --name test \
+    --hypotheses-out "$WORK/test.hyp" >"$WORK/bleu-test.txt"
+exact=$(paste -d '\t' "$WORK/test.hyp" "$WORK/test.detok.de" | awk -F'\t' '$1 == $2' | wc -l)
+say "$(wc -l <"$WORK/test.hyp") test sentences, $exact translated exactly"
+say "$(sed -n 's/^test: sacreBLEU [^:]*: //p' "$WORK/bleu-test.txt")"
+say "sacrebleu signature: $(sed -n 's/^test:   signature: //p' "$WORK/bleu-test.txt")"
 
 # --- 6. interactive ----------------------------------------------------------
 say "fairseq-interactive on raw sentences (BPE applied; translation_struct parses them with spaCy)"

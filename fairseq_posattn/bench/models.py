@@ -1,6 +1,6 @@
 """Side-by-side cost of every architecture against fairseq's stock Transformer.
 
-    python -m fairseq_posattn.bench            # or: fairseq-posattn-bench
+    fairseq-posattn-bench
     fairseq-posattn-bench --rows stock,P,shaw --batch 32 --length 64 --json out.json
 
 For each row, in one run and at one model size, it measures
@@ -37,7 +37,6 @@ import os
 import statistics
 import sys
 import time
-import types
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List
 
@@ -45,6 +44,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from fairseq.sequence_generator import SequenceGenerator
+
+from ..models.from_flags import build_model_from_flags, stand_in_dictionary
+from ..structure import batch_trees_of_pieces
+from ..structure.control_trees import random_projective_heads
 
 
 @dataclass
@@ -98,31 +101,11 @@ def _size_flags(row: BenchRow, settings) -> List[str]:
     ]
 
 
-def _dictionary(size: int):
-    from fairseq.data import Dictionary
-
-    dictionary = Dictionary()
-    for i in range(size - dictionary.nspecial):
-        dictionary.add_symbol(f"w{i}")
-    return dictionary
-
-
 def build_model(row: BenchRow, settings, dictionary):
     """Build ``row``'s model through fairseq's own argument parsing."""
-    from fairseq import options
-    from fairseq.models import ARCH_MODEL_REGISTRY
-
-    import fairseq_posattn  # noqa: F401  (registers the archs)
-
-    parser = options.get_training_parser()
-    args = options.parse_args_and_arch(
-        parser,
-        ["unused-data-dir", "--task", "translation", "--arch", row.arch]
-        + _size_flags(row, settings)
-        + row.flags,
-    )
-    task = types.SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
-    return ARCH_MODEL_REGISTRY[args.arch].build_model(args, task)
+    _, model = build_model_from_flags(["--arch", row.arch] + _size_flags(row, settings) + row.flags,
+                                      len(dictionary), source=dictionary)
+    return model
 
 
 def make_batch(settings, dictionary, device):
@@ -141,20 +124,13 @@ def make_batch(settings, dictionary, device):
 
 
 def make_trees(lengths, width, seed):
-    """Random dependency trees for left-padded sources (one word per piece),
-    as ``translation_struct`` collates them."""
-    from .structure import batch_piece_structure
-
+    """Random projective dependency trees for left-padded sources (one word
+    per piece), as ``translation_struct`` collates them."""
     rng = np.random.default_rng(seed)
-    heads, piece_words = [], []
-    for n in (lengths - 1).tolist():  # words before EOS
-        order = rng.permutation(n)  # attach each word to one earlier in a random order
-        parent = np.zeros(n, dtype=np.int64)
-        for rank in range(1, n):
-            parent[order[rank]] = order[rng.integers(rank)] + 1
-        heads.append(parent)
-        piece_words.append(np.arange(n))
-    depths, relative, _ = batch_piece_structure(heads, piece_words, left_pad=True, width=width)
+    pieces = [["w"] * n for n in (lengths - 1).tolist()]  # words before EOS
+    depths, relative = batch_trees_of_pieces(
+        pieces, "none", lambda words: [random_projective_heads(len(w), rng) for w in words],
+        left_pad=True, width=width)
     return {"src_depths": depths, "src_structural_positions": relative}
 
 
@@ -233,7 +209,7 @@ def _cpu_peak_memory(row: BenchRow, settings) -> float:
     peak of one update above what the process held just before it."""
     torch.set_num_threads(settings.threads)
     libc = ctypes.CDLL("libc.so.6")
-    runner = Runner(row, settings, _dictionary(settings.vocab), torch.device("cpu"))
+    runner = Runner(row, settings, stand_in_dictionary(settings.vocab), torch.device("cpu"))
     runner.train_step()  # optimizer state and runtime caches now exist
     gc.collect()
     libc.malloc_trim(0)
@@ -247,7 +223,7 @@ def _cpu_peak_memory(row: BenchRow, settings) -> float:
 def measure_memory(rows: List[BenchRow], settings, device) -> Dict[str, float]:
     if device.type == "cuda":
         peaks = {}
-        dictionary = _dictionary(settings.vocab)
+        dictionary = stand_in_dictionary(settings.vocab)
         for row in rows:
             runner = Runner(row, settings, dictionary, device)
             runner.train_step()
@@ -269,7 +245,7 @@ def measure_memory(rows: List[BenchRow], settings, device) -> Dict[str, float]:
 
 
 def measure_time(rows: List[BenchRow], settings, device):
-    dictionary = _dictionary(settings.vocab)
+    dictionary = stand_in_dictionary(settings.vocab)
     runners = {row.label: Runner(row, settings, dictionary, device) for row in rows}
     for runner in runners.values():  # warm-up
         runner.train_step()
@@ -385,7 +361,7 @@ def profile_row(row: BenchRow, settings, device, updates: int = 3) -> str:
     from torch.profiler import ProfilerActivity, profile, record_function
 
     torch.set_num_threads(settings.threads)
-    runner = Runner(row, settings, _dictionary(settings.vocab), device)
+    runner = Runner(row, settings, stand_in_dictionary(settings.vocab), device)
     runner.train_step()  # warm-up: optimizer state, scripted functions
     timer = _PartTimer(runner.model)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
@@ -426,7 +402,8 @@ def profile_row(row: BenchRow, settings, device, updates: int = 3) -> str:
 
 
 def get_parser():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="fairseq-posattn-bench",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", default="", help="comma-separated row labels (default: all); stock and each row's baseline always run")
     parser.add_argument("--batch", type=int, default=32, help="sentences per batch (B)")
     parser.add_argument("--length", type=int, default=64, help="source/target length (T)")
@@ -452,7 +429,8 @@ def get_parser():
     return parser
 
 
-def cli_main(argv=None):
+def main(argv=None):
+    """Run the benchmark; returns the report (or the profile's text)."""
     settings = get_parser().parse_args(argv)
     if settings.profile:
         if settings.profile not in ROW_BY_LABEL:
@@ -472,6 +450,11 @@ def cli_main(argv=None):
             json.dump(report, out, indent=2)
         print(f"wrote {settings.json}", file=sys.stderr)
     return report
+
+
+def cli_main(argv=None) -> None:
+    """The console script: :func:`main` without its return value."""
+    main(argv)
 
 
 if __name__ == "__main__":

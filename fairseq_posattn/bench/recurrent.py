@@ -1,8 +1,8 @@
 """Speed of the recurrent encoder layers against ``torch.nn.LSTM``.
 
-    python scripts/bench_recurrent.py                  # d=512, T=64, B=32, float32, CPU
-    python scripts/bench_recurrent.py --profile        # + torch.profiler table of the ON-LSTM layer
-    python scripts/bench_recurrent.py --threads 1 --repeats 11
+    fairseq-posattn-bench-recurrent                  # d=512, T=64, B=32, float32, CPU
+    fairseq-posattn-bench-recurrent --profile        # + torch.profiler table of the ON-LSTM layer
+    fairseq-posattn-bench-recurrent --threads 1 --repeats 11
 
 Rows, all bidirectional with hidden = d per direction:
 
@@ -26,6 +26,7 @@ import argparse
 import json
 import statistics
 import time
+from typing import Optional, Sequence
 
 import torch
 
@@ -33,7 +34,8 @@ from fairseq_posattn.modules.recurrent import RecurrentLayer
 
 
 def get_parser():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="fairseq-posattn-bench-recurrent",
+                                description=__doc__.split("\n\n")[0])
     p.add_argument("--dim", type=int, default=512, help="d (hidden = d per direction)")
     p.add_argument("--seq-len", type=int, default=64)
     p.add_argument("--batch", type=int, default=32)
@@ -150,5 +152,11 @@ def main(argv=None):
     return result
 
 
+
+def cli_main(argv: Optional[Sequence[str]] = None) -> None:
+    """The console script: :func:`main` without its return value."""
+    main(argv)
+
+
 if __name__ == "__main__":
-    main()
+    cli_main()

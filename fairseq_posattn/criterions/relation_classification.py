@@ -11,7 +11,7 @@ from fairseq.criterions.sentence_prediction import SentencePredictionCriterion
 from fairseq.dataclass import FairseqDataclass
 from fairseq.logging import metrics
 
-from ..evaluation.relation_metrics import micro_scores, relation_counts
+from ..metrics import micro_scores, relation_counts
 
 COUNTS = ("relation_correct", "relation_guessed", "relation_gold")
 SCORES = ("precision", "recall", "f1")

@@ -1,48 +1,14 @@
 """``tagging_cross_entropy``: per-word cross-entropy over tags, with the
-accuracies of Dufter et al. (2020, Sec. 2.6): all words, out-of-vocabulary
-words (forms not in the training data) and ambiguous words (forms seen in
-training with more than one tag), as percentages."""
+accuracies of Dufter et al. (2020, Sec. 2.6) on all, out-of-vocabulary and
+ambiguous words (:mod:`fairseq_posattn.metrics`)."""
 
 import math
-from typing import Dict
 
-import torch
 import torch.nn.functional as F
 from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.logging import metrics
 
-from ..data.tagging import AMBIGUOUS, OOV, PAD_TAG
-
-COUNTS = ("words", "correct", "oov", "oov_correct", "ambiguous", "ambiguous_correct")
-
-
-def tagging_counts(predictions: torch.Tensor, target: torch.Tensor,
-                   word_class: torch.Tensor) -> Dict[str, int]:
-    """Words and correctly tagged words, overall and per class (``[B, T]`` inputs)."""
-    words = target.ne(PAD_TAG)
-    correct = predictions.eq(target) & words
-    oov, ambiguous = word_class.eq(OOV) & words, word_class.eq(AMBIGUOUS) & words
-    return {
-        "words": int(words.sum()),
-        "correct": int(correct.sum()),
-        "oov": int(oov.sum()),
-        "oov_correct": int((correct & oov).sum()),
-        "ambiguous": int(ambiguous.sum()),
-        "ambiguous_correct": int((correct & ambiguous).sum()),
-    }
-
-
-def tagging_accuracies(counts: Dict[str, float]) -> Dict[str, float]:
-    """Percent accuracy on all, OOV and ambiguous words (NaN where there are none)."""
-    def percent(correct, total):
-        return 100.0 * counts[correct] / counts[total] if counts[total] else float("nan")
-
-    return {
-        "accuracy": percent("correct", "words"),
-        "oov_accuracy": percent("oov_correct", "oov"),
-        "ambiguous_accuracy": percent("ambiguous_correct", "ambiguous"),
-    }
-
+from ..metrics import COUNTS, tagging_accuracies, tagging_counts
 
 @register_criterion("tagging_cross_entropy")
 class TaggingCrossEntropyCriterion(FairseqCriterion):

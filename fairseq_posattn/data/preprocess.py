@@ -25,16 +25,14 @@ import os
 import zlib
 
 import numpy as np
-import torch
 from fairseq import options
 from fairseq.data import data_utils
-from fairseq.data.indexed_dataset import MMapIndexedDatasetBuilder
 from fairseq_cli import preprocess
 from tqdm import tqdm
 
-from ..structure import (CONTROL_TREES, StructureError, piece_word_map, read_conllu,
+from ..structure import (CONTROL_TREES, SCHEMES, StructureError, piece_word_map, read_conllu,
                          words_from_pieces)
-from .tree_dataset import TREE_FILES
+from .tree_files import TreeFileWriter
 
 logger = logging.getLogger("fairseq_posattn.preprocess")
 
@@ -44,7 +42,7 @@ def add_tree_args(parser):
     group.add_argument("--trees-suffix", default="conllu",
                        help="the trees of {pref}.{src} are in {pref}.{src}.SUFFIX (CoNLL-U)")
     group.add_argument("--subword-scheme", default="subword_nmt",
-                       choices=["subword_nmt", "sentencepiece", "none"],
+                       choices=SCHEMES,
                        help="how the source pieces make words (as --subword-scheme of "
                        "--task translation_struct)")
     group.add_argument("--trees-only", action="store_true",
@@ -96,48 +94,29 @@ def write_trees(args, split: str, input_prefix: str) -> int:
                     )
                 yield " ".join(words_from_pieces(pieces, scheme, where=f"{path}, line {number}"))
 
-    # written under temporary names and moved into place when complete, so a
-    # killed run leaves no half-written tree file that looks finished
-    partial = {name: f"{dest}.{name}.partial" for name in TREE_FILES}
-    heads_out, pieces_out = (MMapIndexedDatasetBuilder(f"{partial[name]}.bin", dtype=np.int32)
-                             for name in TREE_FILES)
     count = 0
-    try:
-        with open(text_path, encoding="utf-8") as text:
-            trees = read_conllu(tree_path, texts=spelled_words(text_path))
-            # trees first: a missing or extra tree surfaces as read_conllu's own error
-            for index, (tree, line) in enumerate(
-                tqdm(zip(trees, text), desc=f"trees {split}", unit=" sentences",
-                     total=len(binarized))
-            ):
-                pieces = line.split()
-                if index >= len(binarized) or binarized.sizes[index] != len(pieces) + 1:
-                    raise StructureError(
-                        f"{text_path}, line {index + 1} (split '{split}', sentence {index}): "
-                        f"{len(pieces)} pieces, but the binarized source in {dest} has "
-                        + (f"{binarized.sizes[index] - 1}" if index < len(binarized)
-                           else "no such")
-                        + " tokens; binarize this very file (same --srcdict/prefixes)"
-                    )
-                heads = control(len(tree), rng) if control else tree.heads
-                heads_out.add_item(torch.tensor(heads, dtype=torch.int32))
-                pieces_out.add_item(
-                    torch.from_numpy(piece_word_map(pieces, scheme).astype(np.int32)))
-                count += 1
+    with open(text_path, encoding="utf-8") as text, TreeFileWriter(dest) as out:
+        trees = read_conllu(tree_path, texts=spelled_words(text_path))
+        # trees first: a missing or extra tree surfaces as read_conllu's own error
+        for index, (tree, line) in enumerate(
+            tqdm(zip(trees, text), desc=f"trees {split}", unit=" sentences",
+                 total=len(binarized))
+        ):
+            pieces = line.split()
+            if index >= len(binarized) or binarized.sizes[index] != len(pieces) + 1:
+                raise StructureError(
+                    f"{text_path}, line {index + 1} (split '{split}', sentence {index}): "
+                    f"{len(pieces)} pieces, but the binarized source in {dest} has "
+                    + (f"{binarized.sizes[index] - 1}" if index < len(binarized)
+                       else "no such")
+                    + " tokens; binarize this very file (same --srcdict/prefixes)"
+                )
+            heads = control(len(tree), rng) if control else tree.heads
+            out.add(heads, piece_word_map(pieces, scheme))
+            count += 1
         if count != len(binarized):
             raise StructureError(f"{text_path} has {count} lines but {dest} has "
                                  f"{len(binarized)} sentences; binarize this very file")
-        heads_out.finalize(f"{partial['heads']}.idx")
-        pieces_out.finalize(f"{partial['piece2word']}.idx")
-    except BaseException:
-        for path in partial.values():
-            for ext in ("bin", "idx"):
-                if os.path.exists(f"{path}.{ext}"):
-                    os.unlink(f"{path}.{ext}")
-        raise
-    for name, path in partial.items():
-        for ext in ("bin", "idx"):
-            os.replace(f"{path}.{ext}", f"{dest}.{name}.{ext}")
     what = f"{args.control_trees} control trees over the words" if control else "trees"
     logger.info(f"wrote {count} {what} of {tree_path} to {dest}.{{heads,piece2word}}")
     return count

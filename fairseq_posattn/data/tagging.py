@@ -19,7 +19,7 @@ import torch
 from fairseq.data import Dictionary, FairseqDataset
 
 from ..structure import StructureError, read_conllu
-from ..structure.errors import fail
+from ..errors import fail
 
 
 TAG_COLUMNS = ("upos", "xpos")

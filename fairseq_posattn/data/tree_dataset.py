@@ -1,7 +1,7 @@
 """Source sentences with their dependency trees, batched for the encoder.
 
 On disk the structure is O(T) per sentence (fairseq indexed datasets beside
-the binarized text, see :mod:`fairseq_posattn.data.preprocess`): the head of
+the binarized text, see :mod:`fairseq_posattn.data.tree_files`): the head of
 every word and the word of every subword piece.  The collater derives the
 piece-level depths ``[B, T]`` and relative structural positions ``[B, T, T]``
 (Wang et al. 2019, Sec. 3.1) for the batch, laid out exactly like
@@ -15,10 +15,6 @@ import numpy as np
 from fairseq.data import BaseWrapperDataset
 
 from ..structure import StructureError, batch_piece_structure
-
-# the files fairseq-posattn-preprocess writes beside the binarized source,
-# {split}.{src}-{tgt}.{src}.NAME.{bin,idx}: the heads of the words, the word of each piece
-TREE_FILES = ("heads", "piece2word")
 
 
 class TreeLanguagePairDataset(BaseWrapperDataset):

@@ -4,13 +4,23 @@ Evaluates ``logic_inference`` checkpoints on ``test1`` ... ``test12``, prints
 a Markdown table (one column per model, plus example-weighted means over the
 operator counts seen and not seen in training) and draws the figure::
 
-    python -m fairseq_posattn.evaluation.logic_inference DATA \\
-        --checkpoint SAN=ckpt/san/checkpoint_best.pt \\
-        --checkpoint Hybrid=ckpt/hybrid/checkpoint_best.pt --plot fig1.png
+    fairseq-posattn-logic-report DATA \\
+        --checkpoint SAN=ckpt/san.seed1/checkpoint_best.pt \\
+        --checkpoint SAN=ckpt/san.seed2/checkpoint_best.pt \\
+        --checkpoint Hybrid=ckpt/hybrid.seed1/checkpoint_best.pt --plot fig1.png \\
+        --counts-out counts.json
+
+Checkpoints given under one name are seeds of one model: its cells are the
+mean over them, followed by each seed's accuracy, and its line in the figure
+is the mean with the range of the seeds shaded.  ``--counts-out`` saves the
+correct/total counts of every checkpoint; ``--counts`` remakes the table and
+figure from such a file, without the checkpoints.
 """
 
 import argparse
+import json
 import logging
+import statistics
 import sys
 from typing import Dict, List, Sequence
 
@@ -34,41 +44,60 @@ def pooled_accuracy(counts: Dict[int, List[int]], operators: Sequence[int]) -> f
     return 100.0 * correct / total if total else float("nan")
 
 
-def markdown_table(results: Dict[str, Dict[int, List[int]]], train_max: int) -> str:
+Counts = Dict[int, List[int]]  # operators -> [correct, examples] of one checkpoint
+
+
+def cell(seeds: Sequence[Counts], operators: Sequence[int]) -> str:
+    """The mean over seeds, then each seed's accuracy when there are several."""
+    accuracies = [pooled_accuracy(counts, operators) for counts in seeds]
+    mean = f"{statistics.fmean(accuracies):.1f}"
+    if len(accuracies) == 1:
+        return mean
+    return f"{mean} ({' / '.join(f'{a:.1f}' for a in accuracies)})"
+
+
+def markdown_table(results: Dict[str, List[Counts]], train_max: int) -> str:
     names = list(results)
-    first = results[names[0]]
+    first = results[names[0]][0]
     lines = [
         "| operators | examples | " + " | ".join(names) + " |",
         "|---:|---:|" + "---:|" * len(names),
     ]
     for k in OPERATORS:
-        cells = [f"{pooled_accuracy(results[n], [k]):.1f}" for n in names]
+        cells = [cell(results[n], [k]) for n in names]
         lines.append(f"| {k} | {first[k][1]} | " + " | ".join(cells) + " |")
     for label, group in ((f"1-{train_max} (seen)", range(1, train_max + 1)),
                          (f"{train_max + 1}-12 (unseen)", range(train_max + 1, 13))):
         group = [k for k in group if k in first]
         if group:
-            cells = [f"{pooled_accuracy(results[n], group):.1f}" for n in names]
+            cells = [cell(results[n], group) for n in names]
             examples = sum(first[k][1] for k in group)
             lines.append(f"| {label} | {examples} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def plot(results: Dict[str, Dict[int, List[int]]], train_max: int, path: str) -> None:
-    """Accuracy against the number of operators, one line per model."""
+def plot(results: Dict[str, List[Counts]], train_max: int, path: str) -> None:
+    """Accuracy against the number of operators, one line per model (the
+    mean over its seeds, their range shaded)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
-    for name, counts in results.items():
-        ax.plot(list(OPERATORS), [pooled_accuracy(counts, [k]) for k in OPERATORS],
-                marker="o", markersize=4, label=name)
+    xs = list(OPERATORS)
+    for name, seeds in results.items():
+        per_seed = [[pooled_accuracy(counts, [k]) for k in xs] for counts in seeds]
+        mean = [statistics.fmean(column) for column in zip(*per_seed)]
+        line, = ax.plot(xs, mean, marker="o", markersize=4,
+                        label=name + (f" ({len(seeds)} seeds)" if len(seeds) > 1 else ""))
+        if len(seeds) > 1:
+            ax.fill_between(xs, [min(c) for c in zip(*per_seed)], [max(c) for c in zip(*per_seed)],
+                            color=line.get_color(), alpha=0.15, linewidth=0)
     ax.axvline(train_max + 0.5, color="grey", linestyle=":", linewidth=1)
     ax.text(train_max + 0.6, 0.02, f"trained on <= {train_max}", transform=ax.get_xaxis_transform(),
             color="grey", fontsize=8)
-    ax.set_xticks(list(OPERATORS))
+    ax.set_xticks(xs)
     ax.set_xlabel("number of logical operators")
     ax.set_ylabel("accuracy (%)")
     ax.grid(alpha=0.3)
@@ -85,31 +114,60 @@ def parse_checkpoint(spec: str):
     return name, path
 
 
-def cli_main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("data", help="directory with test1 ... test12")
-    parser.add_argument("--checkpoint", type=parse_checkpoint, action="append", required=True,
-                        metavar="NAME=PATH", help="a model (repeat for each column)")
-    parser.add_argument("--plot", help="write the figure here (PNG)")
-    parser.add_argument("--batch-size", type=int, default=256)
-    args = parser.parse_args(argv)
-    # importing fairseq leaves the root logger at DEBUG (matplotlib would chatter)
-    logging.basicConfig(level=logging.WARNING, force=True)
-
-    results, train_max = {}, set()
-    for name, path in args.checkpoint:
-        model, task = load_classifier(path, data=args.data)
+def evaluate(data: str, checkpoints, batch_size: int) -> Dict[str, object]:
+    """``{"train_max": k, "models": {name: [{"path": p, "counts": Counts}, ...]}}``."""
+    models, train_max = {}, set()
+    for name, path in checkpoints:
+        model, task = load_classifier(path, data=data)
         train_max.add(task.cfg.max_train_operators)
-        results[name] = accuracy_by_operators(model, task, args.batch_size)
+        models.setdefault(name, []).append(
+            {"path": path, "counts": accuracy_by_operators(model, task, batch_size)})
     if len(train_max) != 1:
         raise SystemExit(
             f"the checkpoints were trained with different --max-train-operators "
             f"({sorted(train_max)}); compare models trained on the same files"
         )
-    train_max = train_max.pop()
-    print(markdown_table(results, train_max))
+    return {"train_max": train_max.pop(), "models": models}
+
+
+def load_counts(path: str) -> Dict[str, object]:
+    with open(path, encoding="utf-8") as f:
+        saved = json.load(f)
+    for runs in saved["models"].values():  # JSON keys are strings
+        for run in runs:
+            run["counts"] = {int(k): v for k, v in run["counts"].items()}
+    return saved
+
+
+def cli_main(argv=None):
+    parser = argparse.ArgumentParser(prog="fairseq-posattn-logic-report",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("data", nargs="?", help="directory with test1 ... test12")
+    parser.add_argument("--checkpoint", type=parse_checkpoint, action="append",
+                        metavar="NAME=PATH",
+                        help="a model (repeat for each column; the same NAME for its seeds)")
+    parser.add_argument("--counts", metavar="JSON",
+                        help="instead of checkpoints: the counts that --counts-out saved")
+    parser.add_argument("--counts-out", metavar="JSON", help="save every checkpoint's counts")
+    parser.add_argument("--plot", help="write the figure here (PNG)")
+    parser.add_argument("--batch-size", type=int, default=256)
+    args = parser.parse_args(argv)
+    if bool(args.counts) == bool(args.checkpoint and args.data):
+        parser.error("give DATA with --checkpoint NAME=PATH ..., or --counts JSON")
+    # importing fairseq leaves the root logger at DEBUG (matplotlib would chatter)
+    logging.basicConfig(level=logging.WARNING, force=True)
+
+    if args.counts:
+        saved = load_counts(args.counts)
+    else:
+        saved = evaluate(args.data, args.checkpoint, args.batch_size)
+    if args.counts_out:
+        with open(args.counts_out, "w", encoding="utf-8") as f:
+            json.dump(saved, f, indent=1)
+    results = {name: [run["counts"] for run in runs] for name, runs in saved["models"].items()}
+    print(markdown_table(results, saved["train_max"]))
     if args.plot:
-        plot(results, train_max, args.plot)
+        plot(results, saved["train_max"], args.plot)
         print(f"wrote {args.plot}", file=sys.stderr)
 
 

@@ -2,7 +2,7 @@
 accuracies of Dufter et al. (2020): all words, OOV words (forms not in the
 training data) and ambiguous words (forms with several tags in training)::
 
-    python -m fairseq_posattn.evaluation.pos_tagging --path ckpt/checkpoint_best.pt \\
+    fairseq-posattn-pos-score --path ckpt/checkpoint_best.pt \\
         --split test [--data TREEBANK_DIR] [--output tags.txt] [--json result.json]
 
 The vocabulary and lexicon are the training ones, stored in the checkpoint.
@@ -17,7 +17,7 @@ from typing import Dict, List, Tuple
 import torch
 from fairseq import utils
 
-from ..criterions.tagging_cross_entropy import COUNTS, tagging_accuracies, tagging_counts
+from ..metrics import COUNTS, tagging_accuracies, tagging_counts
 from .predict import load_classifier
 
 
@@ -51,7 +51,8 @@ def tag_split(model, task, split: str, batch_size: int = 64
 
 
 def cli_main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="fairseq-posattn-pos-score",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("--path", required=True, help="posattn_tagger checkpoint")
     parser.add_argument("--split", default="test", help="train, valid (the dev file) or test")
     parser.add_argument("--data", help="treebank directory (default: the training one)")

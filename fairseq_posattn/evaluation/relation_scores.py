@@ -1,15 +1,15 @@
 """Score relation predictions: micro precision, recall and F1 without
-``no_relation`` (:mod:`~fairseq_posattn.evaluation.relation_metrics`).
+``no_relation`` (:mod:`~fairseq_posattn.metrics`).
 
 From files (one label per line; the gold file may instead be a TACRED-format
 JSON, whose ``relation`` fields are read)::
 
-    python -m fairseq_posattn.evaluation.relation_scores --gold test.json --predictions pred.txt
+    fairseq-posattn-relation-score --gold test.json --predictions pred.txt
 
 or from a checkpoint, predicting a split of the ``relation_classification``
 data directory first::
 
-    python -m fairseq_posattn.evaluation.relation_scores --checkpoint ckpt/checkpoint_best.pt \\
+    fairseq-posattn-relation-score --checkpoint ckpt/checkpoint_best.pt \\
         --data DIR --split test --write-predictions pred.txt
 """
 
@@ -17,7 +17,7 @@ import argparse
 import json
 import logging
 
-from .relation_metrics import NO_RELATION, micro_scores, relation_counts
+from ..metrics import NO_RELATION, micro_scores, relation_counts
 
 
 def read_labels(path: str):
@@ -47,7 +47,8 @@ def checkpoint_labels(args):
 
 
 def cli_main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="fairseq-posattn-relation-score",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("--gold", help="gold labels: one per line, or a TACRED-format .json")
     parser.add_argument("--predictions", help="predicted labels, one per line, in the gold order")
     parser.add_argument("--negative-label", default=NO_RELATION)

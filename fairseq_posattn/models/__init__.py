@@ -3,4 +3,4 @@
 from . import transformer_posattn  # noqa: F401
 from . import pair_classifier  # noqa: F401
 from . import tagger  # noqa: F401
-from . import relation_classifier  # noqa: F401
+from . import relation  # noqa: F401

@@ -2,10 +2,12 @@
 
 :class:`PositionAwareEncoderModel` is the base of the plugin's classifiers
 (and any other encoder-only head): it takes the encoder's command-line flags
-(fairseq's Transformer flags plus every position and recurrence option),
-builds and validates the encoder, and reports ``max_positions``.  A subclass
-adds its head and its ``forward``.
+(fairseq's Transformer flags without the decoder's, plus every position and
+recurrence option), builds and validates the encoder, and reports
+``max_positions``.  A subclass adds its head and its ``forward``.
 """
+
+import argparse
 
 from fairseq.models import BaseFairseqModel
 
@@ -14,6 +16,18 @@ from .transformer_posattn import PositionAwareTransformerModel, check_encoder_op
 
 # the head name fairseq's sentence_prediction criterion asks for by default
 HEAD_NAME = "sentence_classification_head"
+
+# fairseq Transformer flags that only a decoder reads (besides --decoder-*)
+DECODER_ONLY = {
+    "share_decoder_input_output_embed", "share_all_embeddings", "max_target_positions",
+    "adaptive_softmax_cutoff", "adaptive_softmax_dropout", "adaptive_softmax_factor",
+    "adaptive_input", "adaptive_input_factor", "adaptive_input_cutoff", "tie_adaptive_weights",
+    "tie_adaptive_proj", "no_cross_attention", "cross_self_attention",
+}
+
+
+def is_decoder_flag(dest: str) -> bool:
+    return dest.startswith("decoder_") or dest.startswith("no_decoder_") or dest in DECODER_ONLY
 
 
 class PositionAwareEncoderModel(BaseFairseqModel):
@@ -25,9 +39,16 @@ class PositionAwareEncoderModel(BaseFairseqModel):
 
     @classmethod
     def add_args(cls, parser):
-        """fairseq's Transformer flags (the decoder ones go unused) and the
+        """fairseq's Transformer flags without the decoder's, and the
         encoder's position and recurrence options."""
-        PositionAwareTransformerModel.add_args(parser)
+        # the same default handling as the parser's (fairseq's model group
+        # suppresses unset flags so that the arch functions fill them in)
+        full = argparse.ArgumentParser(add_help=False, argument_default=parser.argument_default)
+        PositionAwareTransformerModel.add_args(full)
+        group = parser.add_argument_group("encoder")
+        for action in full._actions:
+            if not is_decoder_flag(action.dest):
+                group._add_action(action)
 
     @staticmethod
     def build_position_aware_encoder(args, dictionary) -> PositionAwareEncoder:

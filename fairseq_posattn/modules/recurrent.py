@@ -11,8 +11,8 @@ Layer structure::
     out = out + x            (if residual)
     out[pad positions] = 0
 
-There is no layer norm: the parameter counts of Hao et al. Table 1 leave no
-room for one (SPEC 1.1).
+There is no layer norm: the parameter counts of Hao et al. (2019), Table 1,
+leave no room for one.
 
 Parameter counts at d = 512, bidirectional, hidden 512 per direction, chunk
 size 1 (tested exactly):
@@ -22,9 +22,9 @@ size 1 (tested exactly):
 * ON-LSTM layer: 4h standard gate rows + 2h/chunk master-gate rows, each with
   a bias on the input projection *and* one on the recurrent projection (as
   ``nn.LSTM`` and Shen et al.'s code have), plus the projection:
-  **6,828,544**.  One bias per gate unit would give 6,822,400; the paper's
-  rounding cannot tell the two apart (SPEC 1.1 explains; this supersedes the
-  6,826,496 written elsewhere).  The two biases of a gate unit are always
+  **6,828,544**.  One bias per gate unit would give 6,822,400; the totals of
+  Hao et al. (2019), Table 1, rounded to 0.1M, cannot tell the two apart.
+  The two biases of a gate unit are always
   added together, so they are one degree of freedom; they exist for the count
   and for parity with ``nn.LSTM``.
 
@@ -52,7 +52,7 @@ into the gradient of the input projections.  Plain autograd through the
 scripted loop was 2.1-2.2x ``nn.LSTM``'s fused oneDNN time (per-step weight
 gradients, each accumulated; a zero-filled full-size gradient per indexed
 slice); this is about 1.8x (d=512, T=64, B=32, CPU; 1.5x the FLOPs plus the
-projection).  ``scripts/bench_recurrent.py`` measures it.
+projection).  ``fairseq-posattn-bench-recurrent`` measures it.
 
 Half precision: the matmuls run in the model's dtype (half under autocast),
 the gate arithmetic and the cell state in float32 -- in particular cumax's

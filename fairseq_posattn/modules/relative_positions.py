@@ -11,7 +11,7 @@ Neither materialises a ``[B, T, T, d_head]`` tensor: scores are computed
 against the ``2k+1``-row table and gathered, and the probabilities are summed
 per relative-position bucket before they meet the value table.  The relative
 positions come from the :class:`AttentionContext` by name, so the same terms
-serve sequential positions (``j - i``) and, later, tree positions.
+serve sequential positions (``j - i``) and tree positions (Wang et al. 2019).
 """
 
 import math

@@ -24,6 +24,7 @@ hypotheses are reported as missing, so a partial ablation can be reported.
 
 import argparse
 import json
+import logging
 import os
 import statistics
 import sys
@@ -170,8 +171,8 @@ def markdown(args, data: Dict[str, object]) -> str:
         lines += [f"Differences X − Y per seed, with sacreBLEU's paired "
                   f"{'bootstrap resampling' if args.test == 'bs' else 'approximate randomisation'}"
                   f" p-value of X against Y in brackets; the mean ± std of the per-seed "
-                  f"differences; and the larger seed std of the two rows, the variation "
-                  f"between seeds that a difference must exceed.", "",
+                  f"differences; and the seed std of each of the two rows, the variation "
+                  f"between seeds that a difference must exceed to mean something.", "",
                   "| difference | set | " + " | ".join(f"seed {s}" for s in seeds)
                   + " | mean ± std | seed std (X, Y) |",
                   "|---|---|" + "---:|" * len(seeds) + "---:|---:|"]
@@ -219,6 +220,8 @@ def plot(args, data: Dict[str, object], out: str) -> None:
         ax.set_ylabel("validation loss")
         if ax.lines:
             ax.legend(fontsize="small")
+        else:
+            ax.text(0.5, 0.5, "not run", ha="center", va="center", transform=ax.transAxes)
     for k in range(len(rows), nrows * cols):
         axes[k // cols][k % cols].set_visible(False)
     fig.savefig(out, dpi=100)
@@ -249,6 +252,8 @@ def get_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, object]:
     args = get_parser().parse_args(argv)
+    for chatty in ("sacrebleu", "matplotlib"):
+        logging.getLogger(chatty).setLevel(logging.WARNING)
     try:
         data = collect(args)
         text = markdown(args, data)
@@ -264,5 +269,11 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, object]:
     return data
 
 
+
+def cli_main(argv: Optional[Sequence[str]] = None) -> None:
+    """The console script: :func:`main` without its return value."""
+    main(argv)
+
+
 if __name__ == "__main__":
-    main()
+    cli_main()

@@ -1,7 +1,7 @@
 """What a recipe needs to know about an architecture, from fairseq's own
 registries (so it holds for any ``--arch`` and extra flags)::
 
-    python -m fairseq_posattn.recipes.arch_plan --arch transformer_struct_big [FLAGS...]
+    fairseq-posattn-arch-plan --arch transformer_struct_big [FLAGS...]
 
 prints ``KEY=value`` lines:
 
@@ -12,24 +12,18 @@ prints ``KEY=value`` lines:
 """
 
 import argparse
-import os
 import sys
 from typing import Dict, Sequence
 
-USER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+import torch
+from fairseq.models import ARCH_MODEL_NAME_REGISTRY
+
+from ..models.from_flags import parse_model_flags
+from ..modules.attention_config import PositionAttentionConfig
 
 
 def plan(arch: str, extra: Sequence[str] = ()) -> Dict[str, str]:
-    import torch
-    from fairseq import options
-    from fairseq.models import ARCH_MODEL_NAME_REGISTRY
-
-    from fairseq_posattn.modules.attention_config import PositionAttentionConfig
-
-    parser = options.get_training_parser()
-    args = options.parse_args_and_arch(
-        parser, ["<data>", "--user-dir", USER_DIR, "--task", "translation", "--arch", arch,
-                 *extra])
+    args = parse_model_flags(["--arch", arch, *extra])
     trees = (ARCH_MODEL_NAME_REGISTRY[arch] == "transformer_posattn"
              and PositionAttentionConfig.from_namespace(args).uses_structure())
     return {
@@ -40,7 +34,8 @@ def plan(arch: str, extra: Sequence[str] = ()) -> Dict[str, str]:
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="fairseq-posattn-arch-plan",
+                                description=__doc__.split("\n\n")[0])
     p.add_argument("--arch", required=True)
     args, extra = p.parse_known_args(argv)
     for key, value in plan(args.arch, extra).items():

@@ -4,7 +4,7 @@ the last 5 checkpoints for base models, the last 20 for big ones).
 pip-installed fairseq has no ``scripts/average_checkpoints.py``, so the
 recipes use this::
 
-    python -m fairseq_posattn.recipes.checkpoint_average \\
+    fairseq-posattn-average-checkpoints \\
         --inputs checkpoints/transformer --num-checkpoints 5 \\
         --output checkpoints/transformer/checkpoint_avg5.pt
 
@@ -114,7 +114,8 @@ def average_checkpoints(paths: Sequence[str]) -> dict:
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="fairseq-posattn-average-checkpoints",
+                                description=__doc__.split("\n\n")[0])
     p.add_argument("--inputs", nargs="+", required=True,
                    help="checkpoint files, or one directory with --num-checkpoints")
     p.add_argument("--num-checkpoints", type=int, default=None,

@@ -1,13 +1,15 @@
 """Text preparation for the recipes: raw parallel text to the tokenized words
 that are parsed, split into subwords and binarized.
 
-Commands (``python fairseq_posattn/recipes/corpus.py COMMAND --help``):
+Commands (``fairseq-posattn-corpus COMMAND --help``):
 
 ``tokenize``
     Moses-style: punctuation normalization, control characters removed, then
     the Moses tokenizer (sacremoses; ``--aggressive-dashes`` splits
     ``a-b`` into ``a @-@ b`` as ``tokenizer.perl -a`` does).  No XML escaping,
     so the tokens are the words the parser sees.
+``detokenize``
+    Moses detokenization (sacremoses), e.g. of tokenized references.
 ``segment``
     Chinese word segmentation with stanza (models from ``--stanza-dir``) or
     UDPipe (the offline ``udchinese`` model).
@@ -26,7 +28,6 @@ Every output is written to a temporary file and renamed when complete.
 """
 
 import argparse
-import contextlib
 import itertools
 import os
 import re
@@ -35,20 +36,13 @@ from collections import OrderedDict
 from multiprocessing import Pool
 from typing import Dict, Iterable, Iterator, List, Sequence, Tuple
 
+from ..files import atomic_output
+
 CHUNK_LINES = 2000
 
 
 class CorpusError(ValueError):
     """Bad input; the message names the file and what to do."""
-
-
-@contextlib.contextmanager
-def atomic_output(path: str):
-    """Open ``path.tmp`` for writing; rename it to ``path`` on success."""
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        yield f
-    os.replace(tmp, path)
 
 
 def read_lines(path: str) -> List[str]:
@@ -345,6 +339,20 @@ def cmd_tokenize(args) -> None:
         print("tokenized %d lines: %s -> %s" % (n, src, dst), file=sys.stderr)
 
 
+def detokenize(lines: Sequence[str], lang: str) -> List[str]:
+    """Moses detokenization (sacremoses) of whitespace-tokenized lines."""
+    from sacremoses import MosesDetokenizer
+
+    detok = MosesDetokenizer(lang=lang)
+    return [detok.detokenize(line.split()) for line in lines]
+
+
+def cmd_detokenize(args) -> None:
+    for src, dst in _pairs(args.input, args.output):
+        n = _write_lines(dst, detokenize(read_lines(src), args.lang))
+        print("detokenized %d lines: %s -> %s" % (n, src, dst), file=sys.stderr)
+
+
 def cmd_segment(args) -> None:
     segmenter = build_segmenter(args.segmenter, args.lang, args.stanza_dir, args.model,
                                 args.download)
@@ -392,7 +400,7 @@ def _pairs(inputs: Sequence[str], outputs: Sequence[str]):
 
 
 def get_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="corpus.py", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="fairseq-posattn-corpus", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -410,6 +418,10 @@ def get_parser() -> argparse.ArgumentParser:
     c.add_argument("--lang", required=True)
     c.add_argument("--aggressive-dashes", action="store_true", help="a-b -> a @-@ b")
     c.add_argument("--workers", type=int, default=1)
+
+    c = command("detokenize", cmd_detokenize, "Moses-style detokenization (sacremoses)")
+    files(c)
+    c.add_argument("--lang", required=True)
 
     c = command("segment", cmd_segment, "Chinese word segmentation")
     files(c)
@@ -452,10 +464,10 @@ def main(argv=None) -> None:
     try:
         args.func(args)
     except UnicodeDecodeError as exc:
-        sys.exit("corpus.py %s: error: an input file is not UTF-8 (%s): convert it first "
+        sys.exit("fairseq-posattn-corpus %s: error: an input file is not UTF-8 (%s): convert it first "
                  "(e.g. iconv -f GB18030 -t UTF-8)" % (args.command, exc))
     except (CorpusError, OSError) as exc:
-        sys.exit("corpus.py %s: error: %s" % (args.command, exc))
+        sys.exit("fairseq-posattn-corpus %s: error: %s" % (args.command, exc))
 
 
 if __name__ == "__main__":

@@ -30,10 +30,8 @@ from typing import Dict, List, Optional, Sequence
 
 from sacrebleu.metrics import BLEU
 
-try:  # run as a module of the package, or by path (see the package doc)
-    from .corpus import atomic_output, moses_tokenize_references, read_lines
-except ImportError:
-    from corpus import atomic_output, moses_tokenize_references, read_lines
+from ..files import atomic_output
+from .corpus import detokenize, moses_tokenize_references, read_lines
 
 _COMPOUND = re.compile(r"(\S)-(\S)")
 
@@ -71,13 +69,6 @@ def read_hypotheses(path: str) -> List[str]:
                                        if not by_id else "no hypothesis for sentences %s"
                                        % missing[:10]))
     return [by_id[i] for i in range(len(by_id))]
-
-
-def detokenize(lines: Sequence[str], lang: str) -> List[str]:
-    from sacremoses import MosesDetokenizer
-
-    detok = MosesDetokenizer(lang=lang)
-    return [detok.detokenize(line.split()) for line in lines]
 
 
 def sacrebleu_score(hyps: Sequence[str], refs: Sequence[Sequence[str]],
@@ -163,7 +154,7 @@ def cmd_summary(args) -> None:
 
 
 def get_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="scoring.py", description="BLEU of fairseq-generate output")
+    p = argparse.ArgumentParser(prog="fairseq-posattn-score", description="BLEU of fairseq-generate output")
     sub = p.add_subparsers(dest="command", required=True)
     c = sub.add_parser("score", help="score one decoded set")
     c.set_defaults(func=cmd_score)
@@ -188,7 +179,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     try:
         args.func(args)
     except (ScoringError, OSError) as exc:
-        sys.exit("scoring.py %s: error: %s" % (args.command, exc))
+        sys.exit("fairseq-posattn-score %s: error: %s" % (args.command, exc))
 
 
 if __name__ == "__main__":

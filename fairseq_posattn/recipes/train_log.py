@@ -2,7 +2,7 @@
 a short summary of a run (updates, wall time, parameters, validation loss per
 epoch) for the record that goes beside a run's hypotheses.
 
-    python -m fairseq_posattn.recipes.train_log --log train.log [--settings settings.txt] \
+    fairseq-posattn-train-log --log train.log [--settings settings.txt] \
         [--out summary.json]
 
 A log is what ``fairseq-train --log-format json`` prints (stdout and stderr
@@ -150,6 +150,9 @@ def read_log(path: str, subset: str = "valid") -> List[Validation]:
 
 START = re.compile(r"fairseq-train started (?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
 TIMESTAMP = re.compile(r"^(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) \|")
+# the validation metrics a summary keeps (as the criterion logs them)
+SUMMARY_METRICS = ("loss", "nll_loss", "ppl", "accuracy", "f1", "oov_accuracy",
+                   "ambiguous_accuracy")
 PARAMS = re.compile(r"num\. (?:shared )?model params: (?P<count>[\d,]+)")
 
 
@@ -184,14 +187,15 @@ def summarize(lines: Sequence[str], name: str) -> Dict[str, object]:
         "parameters": params[-1] if params else None,
         "validations": [
             {"epoch": v.epoch, "updates": v.updates,
-             **{k: v.metrics[k] for k in ("loss", "nll_loss", "ppl") if k in v.metrics}}
+             **{k: v.metrics[k] for k in SUMMARY_METRICS if k in v.metrics}}
             for v in validations
         ],
     }
 
 
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, object]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="fairseq-posattn-train-log",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("--log", required=True, help="fairseq-train --log-format json output")
     parser.add_argument("--settings", help="a run's settings record (KEY=VALUE lines), included")
     parser.add_argument("--out", help="write the summary here as JSON (default: stdout)")
@@ -214,6 +218,11 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, object]:
     return summary
 
 
+
+def cli_main(argv: Optional[Sequence[str]] = None) -> None:
+    """The console script: :func:`main` without its return value."""
+    main(argv)
+
+
 if __name__ == "__main__":
-    logging.basicConfig(format="%(name)s: %(levelname)s: %(message)s")
-    main()
+    cli_main()

@@ -9,12 +9,13 @@ repeated parent look-ups on a ``[B, W]`` parent table, then one gather from
 words to pieces.
 """
 
-from typing import Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 
-from .errors import fail
+from ..errors import fail
+from .pieces import piece_word_map, words_from_pieces
 from .tree import _check_rule
 
 _HINT_PIECES = ("pass piece_word_map() of the sentence's pieces as piece_words; those "
@@ -165,3 +166,28 @@ def batch_piece_structure(heads: Sequence[np.ndarray], piece_words: Sequence[np.
     rel = rel_words[rows[:, :, None], word[:, :, None], word[:, None, :]]
     return (torch.from_numpy(np.take_along_axis(depth, word, 1)),
             torch.from_numpy(rel).long(), torch.from_numpy(lengths))
+
+
+def batch_trees_of_pieces(pieces: Sequence[Sequence[str]], scheme: str,
+                          parse: Callable[[List[List[str]]], Sequence[Sequence[int]]],
+                          rule: str = "figure", left_pad: bool = False,
+                          width: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Raw pieces -> words -> parse -> trees projected onto the pieces -> the
+    batch's ``depth [B, L]`` and ``rel [B, L, L]`` (EOS appended), as
+    :func:`batch_piece_structure` lays them out.
+
+    ``pieces[b]``: sentence b's subword pieces (without EOS); ``scheme``: how
+    they make words (:data:`SCHEMES`); ``parse``: called once with the word
+    lists of the sentences that have words, returns each one's 1-based heads
+    (a parser, given trees, or random trees).  An empty sentence is EOS alone.
+    """
+    words = [words_from_pieces(p, scheme) for p in pieces]
+    heads = [np.zeros(0, dtype=np.int64)] * len(words)
+    to_parse = [b for b, w in enumerate(words) if w]
+    if to_parse:
+        for b, h in zip(to_parse, parse([words[b] for b in to_parse])):
+            heads[b] = np.asarray(h, dtype=np.int64)
+    depth, rel, _ = batch_piece_structure(
+        heads, [piece_word_map(p, scheme) for p in pieces], rule=rule, left_pad=left_pad,
+        width=width)
+    return depth, rel

@@ -15,7 +15,7 @@ from typing import IO, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 import numpy as np
 from conllu.models import TokenList
 
-from .errors import fail, location
+from ..errors import fail, location
 from .tree import (DependencyTree, _as_heads, analyse_heads, check_tree,
                    collapse_multiword_tokens, multiword_representatives)
 

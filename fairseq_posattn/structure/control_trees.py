@@ -22,7 +22,7 @@ from typing import Callable, Dict, List
 
 import numpy as np
 
-from .errors import fail
+from ..errors import fail
 
 
 def left_neighbour_heads(n: int, rng: np.random.Generator = None) -> List[int]:

@@ -17,9 +17,10 @@ from typing import List, Sequence, Tuple
 
 import numpy as np
 
-from .errors import fail
+from ..errors import fail
 
-SCHEMES = ("subword_nmt", "sentencepiece", "none")
+SCHEMES = ("subword_nmt", "sentencepiece", "none")  # how subword pieces make words
+SUBWORD_MODELS = SCHEMES[:2]  # the schemes that are subword models (fairseq --bpe names)
 BPE_CONTINUATION = "@@"
 SPM_SPACE = "\u2581"
 

@@ -11,7 +11,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .errors import fail
+from ..errors import fail
 
 RULES = ("figure", "text")
 

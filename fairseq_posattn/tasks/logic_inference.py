@@ -34,7 +34,7 @@ from fairseq.tasks import register_task
 from omegaconf import II
 
 from ..data.classification_data import classification_dataset, padded
-from ..structure.errors import location
+from ..errors import location
 from .classification import ClassificationTask
 
 # MacCartney's seven relations as Bowman et al. (2015) write them

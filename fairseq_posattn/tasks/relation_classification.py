@@ -11,7 +11,7 @@ Input per token: the word, with the subject and object mentions replaced by
 ``SUBJ-<type>`` / ``OBJ-<type>`` (entity masking, as Zhang et al. 2017 and
 Bilan & Roth's implementation do; ``--no-entity-masking`` keeps the words),
 its POS and NER tags, and its distances to the subject and the object
-(:func:`~fairseq_posattn.modules.entity_positions.entity_distances`; the model
+(:func:`~fairseq_posattn.models.relation.entity_positions.entity_distances`; the model
 bins them).  Dictionaries come from ``train.json``: words seen at least
 ``--min-word-count`` times (rarer ones train the unknown-word embedding),
 all tags, all relations (plus ``--negative-label``).
@@ -34,8 +34,8 @@ from fairseq.tasks import register_task
 from omegaconf import II
 
 from ..data.classification_data import classification_dataset, padded
-from ..evaluation.relation_metrics import NO_RELATION
-from ..modules.entity_positions import entity_distances
+from ..metrics import NO_RELATION
+from ..models.relation.entity_positions import entity_distances
 from .classification import ClassificationTask
 
 FIELDS = ("token", "subj_start", "subj_end", "obj_start", "obj_end", "subj_type", "obj_type",

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .encoder_layer import PositionAwareEncoderLayer
+from ...modules.encoder_layer import PositionAwareEncoderLayer
 
 
 @dataclass

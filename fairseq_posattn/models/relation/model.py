@@ -32,13 +32,13 @@ from fairseq.models.transformer import DEFAULT_MAX_SOURCE_POSITIONS, Embedding, 
 from fairseq.modules import FairseqDropout
 from torch import nn
 
-from ..modules.attention_config import PositionAttentionConfig
-from ..modules.entity_positions import PositionAwareAttention, bin_distances, distance_radius
-from ..modules.pooling import masked_max
-from ..modules.relation_encoder_layer import RelationEncoderLayer, RelationLayerOptions
-from .encoder import PositionAwareEncoder
-from .encoder_only import HEAD_NAME, PositionAwareEncoderModel
-from .transformer_posattn import (
+from ...modules.attention_config import PositionAttentionConfig
+from .entity_positions import PositionAwareAttention, bin_distances, distance_radius
+from ...modules.pooling import masked_max
+from .encoder_layer import RelationEncoderLayer, RelationLayerOptions
+from ..encoder import PositionAwareEncoder
+from ..encoder_only import HEAD_NAME, PositionAwareEncoderModel
+from ..transformer_posattn import (
     PositionAwareTransformerModel,
     _set_unset,
     check_encoder_options,

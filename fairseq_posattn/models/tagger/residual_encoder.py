@@ -1,7 +1,40 @@
 """An encoder of attention-only residual layers (Dufter et al. 2020)."""
 
-from ..modules.encoder_layer import ResidualAttentionLayer
-from .encoder import PositionAwareEncoder
+from fairseq.modules import FairseqDropout
+from torch import nn
+
+from ...modules.attention import PositionAwareSelfAttention
+from ...modules.attention_config import PositionAttentionConfig
+from ..encoder import PositionAwareEncoder
+
+
+class ResidualAttentionLayer(nn.Module):
+    """Dropout -> multi-head self-attention -> residual add, with no
+    feed-forward block and no layer norm: the layer of Dufter et al.'s (2020)
+    tagger (the authors' code; Sec. 2.1: "a residual connection ... around
+    each attention layer").
+
+    ``input_dropout``: the dropout before the attention (an encoder whose
+    embedding dropout feeds the first layer passes 0 there).
+    """
+
+    def __init__(self, embed_dim: int, num_heads: int, input_dropout: float,
+                 attention_dropout: float, attention_cfg: PositionAttentionConfig,
+                 layer_index: int):
+        super().__init__()
+        self.dropout_module = FairseqDropout(input_dropout, module_name=self.__class__.__name__)
+        self.self_attn = PositionAwareSelfAttention(
+            embed_dim,
+            num_heads,
+            dropout=attention_dropout,
+            **attention_cfg.build_terms(embed_dim, num_heads, layer_index),
+        )
+
+    def forward(self, x, encoder_padding_mask, context):
+        """``x``: ``[T, B, C]``; ``encoder_padding_mask``: ``[B, T]`` or None."""
+        x = self.dropout_module(x)
+        attended, _ = self.self_attn(x, key_padding_mask=encoder_padding_mask, context=context)
+        return x + attended
 
 
 class ResidualAttentionEncoder(PositionAwareEncoder):

@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..structure.errors import fail
-from .pooling import masked_max
+from ...errors import fail
+from ...modules.pooling import masked_max
 
 
 class CharacterCNN(nn.Module):

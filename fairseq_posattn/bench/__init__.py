@@ -1,0 +1,11 @@
+"""Benchmarks, each printing ratios against a stock baseline measured in the
+same run (absolute times on shared machines mean little):
+
+* :mod:`.models` (``fairseq-posattn-bench``): time per update, peak memory,
+  inference and beam-search decoding of every encoder option against
+  fairseq's stock ``transformer``;
+* :mod:`.recurrent` (``fairseq-posattn-bench-recurrent``): the LSTM and
+  ON-LSTM layers against ``torch.nn.LSTM``;
+* :mod:`.collate` (``fairseq-posattn-bench-collate``): the tree part of the
+  ``translation_struct`` collater.
+"""

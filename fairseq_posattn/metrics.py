@@ -1,0 +1,79 @@
+"""The metrics of the evaluation tasks, shared by their fairseq criteria
+(validation during training) and their evaluation commands (on a test set):
+
+* PoS tagging (Dufter et al. 2020, Sec. 2.6): accuracy on all words, on
+  out-of-vocabulary words (forms not in the training data) and on ambiguous
+  words (forms seen in training with more than one tag), in percent;
+* relation classification: micro-averaged precision, recall and F1 without
+  the negative class, as TACRED's official scorer defines them (Zhang et al.
+  2017; Bilan & Roth 2018, Tables 1-3):
+
+  - correct: predictions equal to a gold label that is not ``no_relation``;
+  - precision = correct / predictions other than ``no_relation``, and 1 when
+    there are none (the official scorer's convention; F1 is 0 then anyway
+    unless there is no positive gold label either);
+  - recall = correct / gold labels other than ``no_relation`` (0 when none);
+  - F1 = their harmonic mean (0 when both are 0).
+"""
+
+from typing import Dict, Tuple
+
+import numpy as np
+import torch
+
+from .data.tagging import AMBIGUOUS, OOV, PAD_TAG
+
+COUNTS = ("words", "correct", "oov", "oov_correct", "ambiguous", "ambiguous_correct")
+
+
+def tagging_counts(predictions: torch.Tensor, target: torch.Tensor,
+                   word_class: torch.Tensor) -> Dict[str, int]:
+    """Words and correctly tagged words, overall and per class (``[B, T]`` inputs)."""
+    words = target.ne(PAD_TAG)
+    correct = predictions.eq(target) & words
+    oov, ambiguous = word_class.eq(OOV) & words, word_class.eq(AMBIGUOUS) & words
+    return {
+        "words": int(words.sum()),
+        "correct": int(correct.sum()),
+        "oov": int(oov.sum()),
+        "oov_correct": int((correct & oov).sum()),
+        "ambiguous": int(ambiguous.sum()),
+        "ambiguous_correct": int((correct & ambiguous).sum()),
+    }
+
+
+def tagging_accuracies(counts: Dict[str, float]) -> Dict[str, float]:
+    """Percent accuracy on all, OOV and ambiguous words (NaN where there are none)."""
+    def percent(correct, total):
+        return 100.0 * counts[correct] / counts[total] if counts[total] else float("nan")
+
+    return {
+        "accuracy": percent("correct", "words"),
+        "oov_accuracy": percent("oov_correct", "oov"),
+        "ambiguous_accuracy": percent("ambiguous_correct", "ambiguous"),
+    }
+
+
+NO_RELATION = "no_relation"
+
+
+def relation_counts(predicted, gold, negative) -> Tuple[int, int, int]:
+    """``(correct, guessed, gold)`` counts of non-negative labels; works on
+    label arrays, lists and tensors alike."""
+    predicted, gold = np.asarray(predicted), np.asarray(gold)
+    if predicted.shape != gold.shape:
+        raise ValueError(f"{predicted.size} predictions for {gold.size} gold labels")
+    positive = predicted != negative
+    return (
+        int((positive & (predicted == gold)).sum()),
+        int(positive.sum()),
+        int((gold != negative).sum()),
+    )
+
+
+def micro_scores(correct: int, guessed: int, gold: int) -> Tuple[float, float, float]:
+    """``(precision, recall, F1)`` in [0, 1] from :func:`relation_counts`."""
+    precision = correct / guessed if guessed else 1.0
+    recall = correct / gold if gold else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return precision, recall, f1

@@ -1,0 +1,55 @@
+"""The measured Multi30k table in docs/results.md is what sacreBLEU gives for
+the committed hypothesis files (docs/results/multi30k) against the raw
+references.  Runs when MULTI30K_DIR names the directory with the raw Multi30k
+task 1 references (val.de, test_2016_flickr.de); skipped otherwise."""
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+from sacrebleu.metrics import BLEU
+
+from conftest import REPO
+
+REFERENCES = Path(os.environ.get("MULTI30K_DIR", "/nonexistent"))
+pytestmark = pytest.mark.skipif(
+    not (REFERENCES / "val.de").is_file(),
+    reason="set MULTI30K_DIR=<directory with the raw Multi30k val.de, test_2016_flickr.de>")
+
+RESULTS = REPO / "docs" / "results" / "multi30k"
+SECTION = re.compile(r"<!-- multi30k-ablation-table -->(.*?)<!-- end multi30k-ablation-table -->",
+                     re.S)
+
+
+def table_rows(text):
+    """{(set, label): (run name, [score or None per seed])} of the score tables."""
+    rows, current = {}, None
+    for line in text.splitlines():
+        heading = re.fullmatch(r"\*\*(\S+)\*\*", line.strip())
+        if heading:
+            current = heading[1]
+        elif current and re.match(r"\| [A-Z] \| `", line):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            scores = [None if c == "–" else float(c) for c in cells[4:-1]]
+            rows[current, cells[0]] = (cells[1].strip("`"), scores)
+        elif line.startswith("Differences"):
+            current = None
+    return rows
+
+
+def test_every_score_in_the_table_is_sacrebleus_on_the_committed_file():
+    text = (REPO / "docs" / "results.md").read_text(encoding="utf-8")
+    rows = table_rows(SECTION.search(text)[1])
+    assert rows
+    checked = 0
+    for (set_name, _), (name, scores) in rows.items():
+        refs = (REFERENCES / f"{set_name}.de").read_text(encoding="utf-8").splitlines()
+        for seed, score in enumerate(scores, 1):
+            hyp = RESULTS / f"{name}.seed{seed}.{set_name}.hyp"
+            assert (score is None) == (not hyp.exists()), hyp
+            if score is not None:
+                hyps = hyp.read_text(encoding="utf-8").splitlines()
+                assert round(BLEU().corpus_score(hyps, [refs]).score, 2) == score, hyp
+                checked += 1
+    assert checked > 0
