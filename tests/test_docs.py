@@ -596,11 +596,28 @@ def suite_tests(root: Path) -> Dict[str, Set[str]]:
             for p in sorted((root / "tests").glob("test_*.py"))}
 
 
+def old_name_lines(text: str) -> Set[int]:
+    """The lines between ``<!-- old names -->`` and ``<!-- /old names -->``: a
+    table of what was renamed names the old paths and modules on purpose."""
+    lines, inside = set(), False
+    for number, line in enumerate(text.split("\n"), 1):
+        if line.strip() == "<!-- old names -->":
+            inside = True
+        elif line.strip() == "<!-- /old names -->":
+            inside = False
+        elif inside:
+            lines.add(number)
+    return lines
+
+
 def check_paths(name: str, text: str, root: Path = REPO) -> List[Offence]:
     out: List[Offence] = []
     tests = suite_tests(root)
     all_tests = set().union(*tests.values()) if tests else set()
+    old_names = old_name_lines(text)
     for span in spans(text):
+        if span.line in old_names:
+            continue
         where = (lambda needle, span=span: physical_line(span, needle) if span.kind == "block" else span.line)
         body = span.text
         for m in REPO_PATH.finditer(body):
@@ -917,3 +934,10 @@ def test_length_and_citation_checks_report():
     assert not check_length("README.md", "x\n" * 300)
     assert [o.line for o in check_citations("fake.md", "a\nas SPEC 1.1 says\n")] == [2]
     assert not check_citations("fake.md", "a specification, spectral\n")
+
+
+def test_old_names_are_exempt_only_inside_their_markers():
+    text = ("`scripts/gone.py`\n<!-- old names -->\n| `scripts/gone.py` | new |\n"
+            "<!-- /old names -->\n")
+    assert [o.line for o in check_paths("fake.md", text)] == [1]
+
