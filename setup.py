@@ -63,6 +63,7 @@ setup(
             "fairseq-posattn-train-log = fairseq_posattn.recipes.train_log:cli_main",
             "fairseq-posattn-ablation-report = fairseq_posattn.recipes.ablation_report:cli_main",
             "fairseq-posattn-pos-score = fairseq_posattn.evaluation.pos_tagging:cli_main",
+            "fairseq-posattn-pos-table = fairseq_posattn.evaluation.pos_table:main",
             "fairseq-posattn-logic-report = fairseq_posattn.evaluation.logic_inference:cli_main",
             "fairseq-posattn-relation-score = fairseq_posattn.evaluation.relation_scores:cli_main",
         ],

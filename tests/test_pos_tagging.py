@@ -371,3 +371,23 @@ def test_train_validate_and_score_from_conllu(treebank, tmp_path):
     assert counts["oov_accuracy"] == pytest.approx(expected["oov"])
     assert counts["ambiguous_accuracy"] == pytest.approx(expected["ambiguous"])
     assert counts["oov"] > 0 and counts["ambiguous"] > 0
+
+
+def test_pos_table_gives_mean_and_sample_std_in_the_papers_row_order(tmp_path, capsys):
+    from fairseq_posattn.evaluation import pos_table
+
+    runs = {"conv2d": [95.0, 96.0], "san": [80.0, 82.0, 84.0], "pe_add": [90.0]}
+    for variant, accuracies in runs.items():
+        for seed, accuracy in enumerate(accuracies, 1):
+            path = tmp_path / "UD_X-Y" / variant / f"seed{seed}" / "test.json"
+            path.parent.mkdir(parents=True)
+            path.write_text(json.dumps({"accuracy": accuracy, "oov_accuracy": accuracy - 10,
+                                        "ambiguous_accuracy": accuracy - 5, "words": 100,
+                                        "oov": 10, "ambiguous": 20}))
+    pos_table.main([str(tmp_path)])
+    lines = [l for l in capsys.readouterr().out.splitlines() if l.startswith("| SAN")]
+    assert lines == [
+        "| SAN | 3 | 82.00 ± 2.00 | 72.00 ± 2.00 | 77.00 ± 2.00 |",
+        "| SAN+PE[add] | 1 | 90.00 | 80.00 | 85.00 |",
+        "| SAN+PE[add]+Conv2d | 2 | 95.50 ± 0.71 | 85.50 ± 0.71 | 90.50 ± 0.71 |",
+    ]

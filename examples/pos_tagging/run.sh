@@ -94,7 +94,7 @@ for tb in $TREEBANKS; do
 done
 while (( running > 0 )); do wait -n; running=$((running - 1)); done
 
-"$PY/python" "$REPO/examples/pos_tagging/summarize.py" "$WORK" | tee "$WORK/results.md"
+"$PY/fairseq-posattn-pos-table" "$WORK" | tee "$WORK/results.md"
 first_seed="${SEEDS%% *}"
 for tb in $TREEBANKS; do
     logs=() labels=()

@@ -1,7 +1,7 @@
 """Mean +- standard deviation over seeds of the test accuracies that
 examples/pos_tagging/run.sh wrote, one Markdown table per treebank::
 
-    python examples/pos_tagging/summarize.py examples/pos_tagging/work
+    fairseq-posattn-pos-table examples/pos_tagging/work
 
 reads ``WORK/<treebank>/<variant>/seed<N>/test.json`` (written by
 ``fairseq-posattn-pos-score --json``).  The standard
@@ -49,12 +49,13 @@ def treebank_table(directory: Path) -> str:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="fairseq-posattn-pos-table",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("work", type=Path, help="the WORK directory of run.sh")
     args = parser.parse_args(argv)
     treebanks = sorted({p.parents[2] for p in args.work.glob("*/*/seed*/test.json")})
     if not treebanks:
-        sys.exit(f"summarize.py: error: no */*/seed*/test.json under {args.work}")
+        sys.exit(f"fairseq-posattn-pos-table: error: no */*/seed*/test.json under {args.work}")
     print("\n\n".join(treebank_table(t) for t in treebanks))
 
 
