@@ -4,6 +4,8 @@
 * PoS tagging (Dufter et al. 2020, Sec. 2.6): accuracy on all words, on
   out-of-vocabulary words (forms not in the training data) and on ambiguous
   words (forms seen in training with more than one tag), in percent;
+* over seeds: the mean and sample standard deviation of a score, as the
+  results tables print them;
 * relation classification: micro-averaged precision, recall and F1 without
   the negative class, as TACRED's official scorer defines them (Zhang et al.
   2017; Bilan & Roth 2018, Tables 1-3):
@@ -16,7 +18,8 @@
   - F1 = their harmonic mean (0 when both are 0).
 """
 
-from typing import Dict, Tuple
+import statistics
+from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -77,3 +80,19 @@ def micro_scores(correct: int, guessed: int, gold: int) -> Tuple[float, float, f
     recall = correct / gold if gold else 0.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
     return precision, recall, f1
+
+
+def mean_std(values: Sequence[float]) -> Tuple[Optional[float], Optional[float]]:
+    """Mean and sample standard deviation (n - 1) over seeds; None where undefined."""
+    if not values:
+        return None, None
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else None
+
+
+def format_mean_std(values: Sequence[float], sign: bool = False) -> str:
+    """``"mean ± std"`` to two decimals (``+`` on positive means with ``sign``);
+    the mean alone for one value, ``–`` for none."""
+    mean, std = mean_std(values)
+    if mean is None:
+        return "–"
+    return (f"{mean:+.2f}" if sign else f"{mean:.2f}") + ("" if std is None else f" ± {std:.2f}")

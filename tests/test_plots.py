@@ -13,6 +13,7 @@ from PIL import Image
 from conftest import train_tiny
 
 from fairseq_posattn.analysis import plot_attention, plot_curves
+from fairseq_posattn.recipes.train_log import parse_log, read_log
 from fairseq_posattn.analysis.attention_maps import recorded_attention, sentence_attention
 from fairseq_posattn.analysis.source import CheckpointEncoder
 from fairseq_posattn.modules.attention import PositionAwareSelfAttention
@@ -74,7 +75,7 @@ INFO | valid | {"epoch": 3, "valid_loss": "6.4", "valid_num_updates": "450"}
 
 def test_log_parsing_keeps_validations_and_skips_the_rest(caplog):
     with caplog.at_level(logging.WARNING, logger="fairseq_posattn.train_log"):
-        points = plot_curves.parse_log(SNIPPET.splitlines(keepends=True), "run.log")
+        points = parse_log(SNIPPET.splitlines(keepends=True), "run.log")
     assert [p.updates for p in points] == [150, 300, 400, 450]
     assert [p.line for p in points] == [4, 8, 11, 12]
     assert points[0].metrics == {"loss": 8.5, "nll_loss": 8.1, "bleu": 1.5}
@@ -90,7 +91,7 @@ def test_log_parsing_keeps_validations_and_skips_the_rest(caplog):
 
 
 def test_another_validation_subset_is_read_on_request():
-    points = plot_curves.parse_log(SNIPPET.splitlines(), "run.log", subset="valid1")
+    points = parse_log(SNIPPET.splitlines(), "run.log", subset="valid1")
     assert [(p.updates, p.metrics, p.wall) for p in points] == [(250, {"loss": 1.0}, 50.0)]
 
 
@@ -98,7 +99,7 @@ def test_a_log_without_validation_is_a_clear_error(tmp_path, capsys):
     log = tmp_path / "no-valid.log"
     log.write_text("".join(line + "\n" for line in SNIPPET.splitlines() if "| valid" not in line))
     with pytest.raises(ValueError, match="no-valid.log: no 'valid' validation record"):
-        plot_curves.read_log(str(log))
+        read_log(str(log))
     with pytest.raises(SystemExit, match="--log-format json"):
         plot_curves.main([str(log), "--out", str(tmp_path / "c.png")])
     assert not (tmp_path / "c.png").exists()

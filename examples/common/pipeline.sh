@@ -511,8 +511,8 @@ evaluate_model() {
     done
     say "$RUN, $(basename "$MODEL_FILE"): BLEU per test set"
     scoring summary --results-dir "$RESULTS" --sets "${TEST_ARRAY[@]}" | tee "$RESULTS/summary.txt"
-    fairseq-posattn-train-log --log "$CKPT/train.log" \
-        --settings "$CKPT/settings.txt" --out "$RESULTS/train.json"
+    say "$RUN: $(fairseq-posattn-train-log --log "$CKPT/train.log" \
+        --settings "$CKPT/settings.txt" --out "$RESULTS/train.json")"
     if [[ -n "$EXPORT_DIR" ]]; then
         mkdir -p "$EXPORT_DIR"
         for set in $EVAL_SETS; do cp "$RESULTS/$set.hyp" "$EXPORT_DIR/$RUN.$set.hyp"; done

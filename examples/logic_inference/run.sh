@@ -93,9 +93,8 @@ for ARCH in $ARCHS; do
         --best-checkpoint-metric accuracy --maximize-best-checkpoint-metric \
         --no-epoch-checkpoints --num-workers 0 --no-progress-bar --log-interval 100 \
         --log-format json --save-dir "$SAVE" $EXTRA >>"$LOG" 2>&1
-    fairseq-posattn-train-log --log "$LOG" --out "$WORK/logs/$RUN.train.json"
-    say "  $RUN: $(python -c 'import json, sys; s = json.load(open(sys.argv[1])); v = s["validations"][-1]
-print("%d updates in %d s; held-out training formulas: accuracy %s" % (s["updates"], s["wall_seconds"], v.get("accuracy")))' "$WORK/logs/$RUN.train.json")"
+    # the last validation is on held-out training formulas
+    say "  $RUN: $(fairseq-posattn-train-log --log "$LOG" --out "$WORK/logs/$RUN.train.json")"
   done
 done
 

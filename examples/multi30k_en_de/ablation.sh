@@ -22,6 +22,7 @@ export EXPORT_DIR="${EXPORT_DIR:-$(cd "$HERE/../.." && pwd)/docs/results/multi30
 (( $# > 0 )) || { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
 for job in "$@"; do
     row="${job%%:*}" seed="${job#*:}"
+    [[ "$seed" =~ ^[0-9]+$ && "$job" == *:* ]] || { echo "ablation.sh: job '$job' is not ROW:SEED" >&2; exit 2; }
     case "$row" in
         A) settings=(ARCH=transformer ARCH_ARGS=) ;;
         B) settings=(ARCH=transformer_posattn "ARCH_ARGS=--relative-positions") ;;
@@ -31,7 +32,6 @@ for job in "$@"; do
         W) settings=(ARCH=transformer_struct ARCH_ARGS= CONTROL_TREES=random-projective) ;;
         *) echo "ablation.sh: unknown row '$row' in job '$job' (rows: A B C D E W; job: ROW:SEED)" >&2; exit 2 ;;
     esac
-    [[ "$seed" =~ ^[0-9]+$ && "$job" == *:* ]] || { echo "ablation.sh: job '$job' is not ROW:SEED" >&2; exit 2; }
     echo "[ablation] row $row, seed $seed: ${settings[*]}" >&2
     env NAME= CONTROL_TREES= "${settings[@]}" SEED="$seed" bash "$HERE/run.sh"
 done

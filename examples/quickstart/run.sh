@@ -150,9 +150,7 @@ else
         --seed "$SEED" --cpu --num-workers 0 \
         --log-format json --log-interval 100 --no-progress-bar \
         --save-dir "$CKPT" >>"$CKPT/train.log" 2>&1
-    fairseq-posattn-train-log --log "$CKPT/train.log" --out "$CKPT/train.json"
-    python -c 'import json, sys; v = json.load(open(sys.argv[1]))["validations"][-1]
-print("[quickstart] after %d updates: valid loss %.3f, nll loss %.3f" % (v["updates"], v["loss"], v["nll_loss"]))' "$CKPT/train.json"
+    say "$(fairseq-posattn-train-log --log "$CKPT/train.log" --out "$CKPT/train.json")"
     say "training took $(( SECONDS - T0 )) s"
     touch "$CKPT/.done-$MAX_UPDATE"
 fi

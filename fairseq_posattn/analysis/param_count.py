@@ -53,7 +53,6 @@ def main(argv=None) -> dict:
     return parts
 
 
-
 def cli_main(argv: Optional[Sequence[str]] = None) -> None:
     """The console script: :func:`main` without its return value."""
     main(argv)

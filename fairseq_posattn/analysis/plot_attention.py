@@ -156,7 +156,6 @@ def plot(args) -> np.ndarray:
     return maps[args.layer - 1]
 
 
-
 def cli_main(argv: Optional[Sequence[str]] = None) -> None:
     """The console script: :func:`main` without its return value."""
     main(argv)

@@ -23,7 +23,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from ..recipes.train_log import Validation, parse_log, read_log  # noqa: E402,F401
+from ..recipes.train_log import Validation, read_log  # noqa: E402
 
 PANEL_SIZE = (5.0, 3.5)  # inches, one (metric, x-axis) panel
 
@@ -109,7 +109,6 @@ def main(argv=None) -> Dict[str, List[Validation]]:
     print(f"{args.out}: {', '.join(metrics)} of {len(runs)} runs "
           f"({sum(map(len, runs.values()))} validations)")
     return runs
-
 
 
 def cli_main(argv: Optional[Sequence[str]] = None) -> None:

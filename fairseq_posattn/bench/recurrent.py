@@ -152,7 +152,6 @@ def main(argv=None):
     return result
 
 
-
 def cli_main(argv: Optional[Sequence[str]] = None) -> None:
     """The console script: :func:`main` without its return value."""
     main(argv)

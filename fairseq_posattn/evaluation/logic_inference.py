@@ -24,6 +24,7 @@ import statistics
 import sys
 from typing import Dict, List, Sequence
 
+from ..files import atomic_output
 from .predict import load_classifier, predict
 
 OPERATORS = range(1, 13)
@@ -162,7 +163,7 @@ def cli_main(argv=None):
     else:
         saved = evaluate(args.data, args.checkpoint, args.batch_size)
     if args.counts_out:
-        with open(args.counts_out, "w", encoding="utf-8") as f:
+        with atomic_output(args.counts_out) as f:
             json.dump(saved, f, indent=1)
     results = {name: [run["counts"] for run in runs] for name, runs in saved["models"].items()}
     print(markdown_table(results, saved["train_max"]))

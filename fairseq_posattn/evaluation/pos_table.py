@@ -10,9 +10,10 @@ deviation is the sample one (n - 1); a single seed shows none.
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
+
+from ..metrics import format_mean_std
 
 # the row order of Dufter et al. (2020), Table 2
 VARIANT_ORDER = ["san", "pe_con", "pe_add", "p", "r", "pr", "temp", "conv1d", "conv2d"]
@@ -20,13 +21,6 @@ LABELS = {"san": "SAN", "pe_con": "SAN+PE[con]", "pe_add": "SAN+PE[add]", "p": "
           "r": "SAN+R", "pr": "SAN+P+R", "temp": "SAN+PE[add]+Temp",
           "conv1d": "SAN+PE[add]+Conv", "conv2d": "SAN+PE[add]+Conv2d"}
 METRICS = [("accuracy", "all"), ("oov_accuracy", "OOV"), ("ambiguous_accuracy", "ambiguous")]
-
-
-def mean_std(values):
-    mean = statistics.fmean(values)
-    if len(values) < 2:
-        return f"{mean:.2f}"
-    return f"{mean:.2f} ± {statistics.stdev(values):.2f}"
 
 
 def treebank_table(directory: Path) -> str:
@@ -42,7 +36,7 @@ def treebank_table(directory: Path) -> str:
              "|---|---:|" + "---:|" * len(METRICS)]
     for variant in variants:
         runs = results[variant]
-        cells = [mean_std([run[key] for run in runs]) for key, _ in METRICS]
+        cells = [format_mean_std([run[key] for run in runs]) for key, _ in METRICS]
         label = LABELS.get(variant, variant)
         lines.append(f"| {label} | {len(runs)} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -33,6 +33,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from sacrebleu.metrics import BLEU
 
+from ..files import atomic_output
+from ..metrics import format_mean_std, mean_std
 from .corpus import read_lines
 
 
@@ -84,13 +86,6 @@ def load_summary(results: str, row: Row, seed: int) -> Optional[Dict[str, object
         return json.load(f)
 
 
-def mean_std(values: Sequence[float]) -> Tuple[Optional[float], Optional[float]]:
-    """Mean and sample standard deviation (None where undefined)."""
-    if not values:
-        return None, None
-    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else None
-
-
 def paired_test(baseline: Sequence[str], system: Sequence[str], refs: Sequence[str],
                 test: str) -> float:
     """sacreBLEU's paired test of ``system`` against ``baseline``: the p-value."""
@@ -131,17 +126,8 @@ def collect(args) -> Dict[str, object]:
             "signature": str(metric.get_signature()) if bleu else "nothing scored yet"}
 
 
-def _fmt(value: Optional[float], digits: int = 2, sign: bool = False) -> str:
-    if value is None:
-        return "–"
-    return f"{value:+.{digits}f}" if sign else f"{value:.{digits}f}"
-
-
-def _mean_pm_std(values: Sequence[float], sign: bool = False) -> str:
-    mean, std = mean_std(values)
-    if mean is None:
-        return "–"
-    return _fmt(mean, sign=sign) + ("" if std is None else f" ± {std:.2f}")
+def _fmt(value: Optional[float]) -> str:
+    return "–" if value is None else f"{value:.2f}"
 
 
 def markdown(args, data: Dict[str, object]) -> str:
@@ -165,7 +151,7 @@ def markdown(args, data: Dict[str, object]) -> str:
                 + (f"{params.pop() / 1e6:.2f}M" if len(params) == 1 else "–") + " | "
                 + (f"{statistics.fmean(minutes):.0f}" if minutes else "–") + " | "
                 + " | ".join(_fmt(s) for s in scores) + " | "
-                + _mean_pm_std([s for s in scores if s is not None]) + " |")
+                + format_mean_std([s for s in scores if s is not None]) + " |")
         lines.append("")
     if args.difference:
         lines += [f"Differences X − Y per seed, with sacreBLEU's paired "
@@ -189,7 +175,7 @@ def markdown(args, data: Dict[str, object]) -> str:
                 spread = [mean_std([bleu[r, s, set_name] for s in seeds
                                     if (r, s, set_name) in bleu])[1] for r in (x, y)]
                 lines.append(f"| {x} − {y} | {set_name} | " + " | ".join(cells) + " | "
-                             + _mean_pm_std(diffs, sign=True) + " | "
+                             + format_mean_std(diffs, sign=True) + " | "
                              + ", ".join(_fmt(v) for v in spread) + " |")
         lines.append("")
     return "\n".join(lines)
@@ -262,12 +248,11 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, object]:
     except (ReportError, OSError) as exc:
         sys.exit(f"fairseq-posattn-ablation-report: error: {exc}")
     if args.markdown:
-        with open(args.markdown, "w", encoding="utf-8") as f:
+        with atomic_output(args.markdown) as f:
             f.write(text)
     else:
         print(text)
     return data
-
 
 
 def cli_main(argv: Optional[Sequence[str]] = None) -> None:
