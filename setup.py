@@ -11,7 +11,7 @@ from setuptools import find_packages, setup
 
 setup(
     name="fairseq_posattn",
-    version="0.1.0",
+    version="0.2.0",
     description=(
         "fairseq plugin for position- and structure-aware Transformer encoders "
         "(ON-LSTM+SAN, structural positions, direct position interactions, "
@@ -53,6 +53,7 @@ setup(
             "fairseq-posattn-probe = fairseq_posattn.analysis.probe:cli_main",
             "fairseq-posattn-bench-recurrent = fairseq_posattn.bench.recurrent:cli_main",
             "fairseq-posattn-bench-collate = fairseq_posattn.bench.collate:main",
+            "fairseq-posattn-bench-structure = fairseq_posattn.bench.structure:cli_main",
             "fairseq-posattn-param-count = fairseq_posattn.analysis.param_count:cli_main",
             "fairseq-posattn-plot-curves = fairseq_posattn.analysis.plot_curves:cli_main",
             "fairseq-posattn-plot-attention = fairseq_posattn.analysis.plot_attention:cli_main",

@@ -112,6 +112,19 @@ def run_python(code: str, *args, **kwargs) -> subprocess.CompletedProcess:
     return run([sys.executable, "-c", code, *args], **kwargs)
 
 
+def read_trees(prefix) -> list:
+    """``(heads, piece_words)`` lists of every sentence of the tree file
+    ``{prefix}.trees`` that fairseq-posattn-preprocess wrote."""
+    from fairseq.data import data_utils
+
+    from fairseq_posattn.structure import decode_piece_tree
+
+    trees = data_utils.load_indexed_dataset(f"{prefix}.trees", None)
+    assert trees is not None, f"{prefix}.trees.{{bin,idx}} not found"
+    return [tuple(part.tolist() for part in decode_piece_tree(trees[i]))
+            for i in range(len(trees))]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -166,7 +179,7 @@ def toy_struct_bin(toy_raw, tmp_path_factory) -> Path:
          toy_raw / "valid", "--testpref", toy_raw / "test", "--destdir", out,
          "--joined-dictionary", "--workers", "1"],
     )
-    assert (out / "train.en-de.en.heads.bin").exists()
+    assert (out / "train.en-de.en.trees.bin").exists()
     return out
 
 

@@ -2,6 +2,7 @@
 writing, multiword tokens, and a fuzz test: malformed input gives a valid
 tree or a StructureError, nothing else."""
 
+import hashlib
 import io
 
 import conllu
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 from fairseq_posattn.structure import (
     DependencyTree, StructureError, check_tree, read_conllu, tree_depths, write_conllu,
 )
+from fairseq_posattn.structure.conllu_io import index_sentences
 
 FAST = settings(max_examples=60, deadline=None)
 
@@ -212,6 +214,88 @@ def test_not_utf8(tmp_path):
     path.write_bytes((doc(GOOD) + tok(1, "caf\xe9", 0)).encode("latin-1"))
     with pytest.raises(StructureError, match="not valid UTF-8"):
         list(read_conllu(path))
+
+
+# ---------------------------------------------------------------- reading in parts
+
+BLANK = ["", " ", " \t ", "\u00a0", "\u3000"]  # every one ends a sentence
+
+
+@st.composite
+def odd_layouts(draw):
+    """Valid sentences in a lenient layout, as bytes: BOM, blank and
+    whitespace-only lines (runs of them, before, between and after the
+    sentences), comment lines, CRLF or LF, maybe no final line break."""
+    lines = draw(st.lists(st.sampled_from(BLANK), max_size=2))
+    for s in range(draw(st.integers(1, 7))):
+        if s:
+            lines += draw(st.lists(st.sampled_from(BLANK), min_size=1, max_size=3))
+        lines += draw(st.lists(st.sampled_from(["# sent_id = %d" % s, "# a comment", "#"]),
+                               max_size=2))
+        n = draw(st.integers(1, 4))
+        lines += [tok(w, "w%d.%d" % (s, w), w - 1) for w in range(1, n + 1)]
+    lines += draw(st.lists(st.sampled_from(BLANK), max_size=2))
+    ends = draw(st.lists(st.sampled_from(["\n", "\r\n"]), min_size=len(lines),
+                         max_size=len(lines)))
+    text = "".join(line + end for line, end in zip(lines, ends))
+    if draw(st.booleans()):
+        text = text[:-len(ends[-1])]
+    return (("\ufeff" if draw(st.booleans()) else "") + text).encode("utf-8")
+
+
+def where(tree):
+    return tree.words, tree.heads, tree.deprels, tree.sent_id, tree.line, tree.index
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(odd_layouts(), st.integers(1, 4))
+def test_index_parts_read_like_the_whole_file(tmp_path, data, every):
+    path = tmp_path / "odd.conllu"
+    path.write_bytes(data)
+    whole = list(read_conllu(path))
+    index = index_sentences(str(path), every)
+    assert (index.sentences, index.size) == (len(whole), len(data))
+    assert index.sha256 == hashlib.sha256(data).hexdigest()
+    parts = [list(index.read_part(k)) for k in range(len(index.starts) + 1)]
+    assert [len(part) for part in parts[:-2]] == [every] * (len(parts) - 2)
+    assert parts[-1] == []  # past the last sentence
+    assert [where(t) for part in parts for t in part] == [where(t) for t in whole]
+
+
+ODD = "".join([
+    "\ufeff# newdoc id = odd\r\n", "# sent_id = 1\r\n", tok(1, "a", 0) + "\r\n",
+    tok(2, "b", 1) + "\r\n", "\r\n", "\n", " \t\n",
+    "# only\n", "# comments\n", tok(1, "c", 0) + "\n", "\u00a0\n",
+    "1-2\tde\t_\t_\t_\t_\t_\t_\t_\t_\n", tok(1, "d", 0) + "\n", tok(2, "e", 1) + "\n",
+    tok(3, "f", 1) + "\n", "\n", "\u3000\n", "\n",
+    tok(1, "g", 0) + "\n", "\n",
+    tok(1, "h", 2) + "\n", tok(2, "i", 0),  # no final line break
+])
+
+
+@pytest.mark.parametrize("every", [1, 2, 3, 5])
+def test_index_part_errors_count_from_the_start_of_the_file(tmp_path, every):
+    """Texts that do not match: reading chunk by chunk as fairseq-posattn-parse
+    does (the last chunk of the text to the end of the file) fails with the
+    message of reading the whole file."""
+    path = tmp_path / "odd.conllu"
+    path.write_bytes(ODD.encode("utf-8"))
+    texts = [" ".join(t.words) for t in read_conllu(path)]
+    assert texts == ["a b", "c", "de f", "g", "h i"]
+    index = index_sentences(str(path), every)
+    wrong = [texts[:s] + ["x y"] + texts[s + 1:] for s in range(len(texts))]
+    for bad in wrong + [texts[:-1], texts + ["one more"], texts + ["one", "two"]]:
+        with pytest.raises(StructureError) as expected:
+            list(read_conllu(path, texts=bad))
+        chunks = -(-len(bad) // every)
+        with pytest.raises(StructureError) as got:
+            for k in range(chunks):
+                list(index.read_part(k, texts=bad[k * every:(k + 1) * every],
+                                     last=k == chunks - 1))
+        assert str(got.value) == str(expected.value)
+        assert (got.value.sentence, got.value.line) == \
+            (expected.value.sentence, expected.value.line)
 
 
 # ---------------------------------------------------------------- writing

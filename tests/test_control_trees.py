@@ -7,6 +7,7 @@ import pytest
 from fairseq_posattn.structure import CONTROL_TREES, StructureError, check_tree, tree_depths
 from fairseq_posattn.structure.control_trees import left_neighbour_heads, random_projective_heads
 
+from conftest import read_trees
 from test_translation_struct import SPLITS, bpe_dir, preprocess  # noqa: F401 (fixture)
 
 
@@ -91,27 +92,22 @@ def test_an_empty_sentence_has_no_control_tree(name):
 @pytest.mark.slow
 @pytest.mark.parametrize("control", sorted(CONTROL_TREES))
 def test_preprocess_writes_control_trees_over_the_same_pieces(bpe_dir, tmp_path, control):  # noqa: F811
-    from fairseq.data import data_utils
-
     parsed, wrong, again = tmp_path / "parsed", tmp_path / "wrong", tmp_path / "again"
     preprocess(bpe_dir, parsed)
     preprocess(bpe_dir, wrong, "--control-trees", control)
     preprocess(bpe_dir, again, "--control-trees", control)
     differs = 0
     for split in SPLITS:
-        def load(dest, name):
-            return data_utils.load_indexed_dataset(str(dest / f"{split}.en-de.en.{name}"), None)
-        true_heads, wrong_heads = load(parsed, "heads"), load(wrong, "heads")
-        assert len(true_heads) == len(wrong_heads)
-        for i in range(len(true_heads)):
-            heads = wrong_heads[i].tolist()
-            assert len(heads) == len(true_heads[i])
+        true, controls = (read_trees(dest / f"{split}.en-de.en") for dest in (parsed, wrong))
+        assert len(true) == len(controls)
+        for (true_heads, true_pieces), (heads, pieces) in zip(true, controls):
+            assert len(heads) == len(true_heads)
             check_tree(heads)
             assert is_projective(heads)
             if control == "left-neighbour":
                 assert heads == left_neighbour_heads(len(heads))
-            differs += heads != true_heads[i].tolist()
-            # the same words and pieces; a rerun writes the same trees
-            assert load(wrong, "piece2word")[i].tolist() == load(parsed, "piece2word")[i].tolist()
-            assert load(again, "heads")[i].tolist() == heads
+            differs += heads != true_heads
+            assert pieces == true_pieces  # the same words and pieces
+        # a rerun writes the same trees
+        assert read_trees(again / f"{split}.en-de.en") == controls
     assert differs > 0

@@ -13,15 +13,18 @@ import os
 import signal
 import subprocess
 import time
+import tracemalloc
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from fairseq_posattn.data import parse as parse_mod
 from fairseq_posattn.data.parse import cli_main, scan_input, ParseInputError
 from fairseq_posattn.data.parsers import (ParserSetupError, build_parser,
                                           collapse_multiword_tokens, resolve_udpipe_model)
-from fairseq_posattn.structure import DependencyTree, read_conllu
+from fairseq_posattn.structure import DependencyTree, read_conllu, write_conllu
+from fairseq_posattn.structure.control_trees import random_projective_heads
 
 from conftest import cli, subprocess_env
 
@@ -589,3 +592,238 @@ def test_the_earlier_flag_names_still_work():
                                    "--model", "m", "--lang", "de"])
     assert vars(new) == vars(old)
     assert (new.parser, new.parser_model, new.parser_lang) == ("spacy", "m", "de")
+
+
+# ---------------------------------------------------------------------------
+# the conllu backend in chunks: shards, workers, resume, bad input, memory
+# ---------------------------------------------------------------------------
+
+VOCAB = ["the", "a", "cat", "dog", "saw", "ran", "home", "old", "quickly", ",", "."]
+
+
+def random_parse(n, seed=0):
+    """``n`` distinct tokenized lines (the first token is ``s<line number>``)
+    of 2-6 tokens and random projective trees over them, with ``sent_id``
+    not the line number and no ``text``."""
+    rng = np.random.default_rng(seed)
+    lines, trees = [], []
+    for i in range(1, n + 1):
+        words = ["s%d" % i] + [VOCAB[k] for k in rng.integers(0, len(VOCAB),
+                                                                int(rng.integers(1, 6)))]
+        lines.append(" ".join(words))
+        trees.append(DependencyTree(words=words, heads=random_projective_heads(len(words), rng),
+                                    sent_id="gold-%d" % i))
+    return lines, trees
+
+
+def normalised(lines, trees):
+    """What the check writes: the trees with sent_id = line number, text = line."""
+    out = io.StringIO()
+    write_conllu([DependencyTree(words=t.words, heads=t.heads, sent_id=str(i), text=line)
+                  for i, (line, t) in enumerate(zip(lines, trees), 1)], out)
+    return out.getvalue()
+
+
+def first_token_line(path, sentence):
+    """The 1-based line of the first token line of ``sentence`` in a CoNLL-U file."""
+    count, inside = 0, False
+    for number, line in enumerate(Path(path).read_text(encoding="utf-8").split("\n"), 1):
+        if not line.strip():
+            inside = False
+            continue
+        if not inside:
+            count, inside = count + 1, True
+        if count == sentence and not line.startswith("#"):
+            return number
+    raise AssertionError("no sentence %d in %s" % (sentence, path))
+
+
+def check_conllu(inp, gold, out, *extra):
+    cli_main(["--input", str(inp), "--output", str(out), "--parser", "conllu",
+              "--conllu", str(gold), "--chunk-size", "7", "--no-progress-bar",
+              *map(str, extra)])
+
+
+def check_fails(inp, gold, out, capsys, *extra):
+    """Run the check, expect exit 1 and return its error message."""
+    with pytest.raises(SystemExit) as ex:
+        check_conllu(inp, gold, out, *extra)
+    assert ex.value.code == 1
+    err = capsys.readouterr().err
+    assert err.startswith("fairseq-posattn-parse: error: ") and "Traceback" not in err
+    return err
+
+
+@pytest.fixture
+def gold50(tmp_path):
+    """50 lines (8 chunks of 7) and a CoNLL-U parse of them."""
+    lines, trees = random_parse(50)
+    inp = write_lines(tmp_path / "in.txt", lines)
+    gold = tmp_path / "gold.conllu"
+    write_conllu(trees, str(gold))
+    return inp, gold, lines, trees
+
+
+def test_conllu_check_shards_then_merge_equal_one_job(gold50, tmp_path):
+    inp, gold, lines, trees = gold50
+    one = tmp_path / "one.conllu"
+    check_conllu(inp, gold, one)
+    ref = one.read_text(encoding="utf-8")
+    assert ref == normalised(lines, trees)
+    out = tmp_path / "sharded.conllu"
+    parts = Path(str(out) + ".parts")
+    check_conllu(inp, gold, out, "--shard", "0/3")
+    check_conllu(inp, gold, out, "--shard", "2/3")
+    assert not out.exists()
+    assert sorted(n for n in os.listdir(str(parts)) if n.startswith("chunk")) == \
+        ["chunk-%06d.conllu" % c for c in (0, 2, 3, 5, 6)]
+    check_conllu(inp, gold, out, "--shard", "1/3")  # the last shard merges
+    assert out.read_text(encoding="utf-8") == ref
+    meta = json.loads((parts / "meta.json").read_text())["parser"]
+    assert meta["backend"] == "conllu" and meta["conllu_bytes"] == gold.stat().st_size
+    assert len(meta["conllu_sha256"]) == 64
+    os.unlink(out)
+    check_conllu(inp, gold, out, "--merge-only")
+    assert out.read_text(encoding="utf-8") == ref
+
+
+@pytest.mark.slow
+def test_conllu_check_with_workers_equals_one_job(gold50, tmp_path):
+    inp, gold, lines, trees = gold50
+    out = tmp_path / "w2.conllu"
+    proc = subprocess.run(
+        [cli("fairseq-posattn-parse"), "--input", str(inp), "--output", str(out),
+         "--parser", "conllu", "--conllu", str(gold), "--chunk-size", "7", "--workers", "2",
+         "--no-progress-bar"], capture_output=True, text=True, env=subprocess_env(),
+        timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_text(encoding="utf-8") == normalised(lines, trees)
+
+
+def test_conllu_check_token_changed_in_one_shard(gold50, tmp_path, capsys):
+    inp, gold, lines, trees = gold50
+    trees[30].words[1] = "changed"  # sentence 31: chunk 4, shard 1 of 3
+    write_conllu(trees, str(gold))
+    out = tmp_path / "out.conllu"
+    check_conllu(inp, gold, out, "--shard", "0/3")
+    check_conllu(inp, gold, out, "--shard", "2/3")
+    err = check_fails(inp, gold, out, capsys, "--shard", "1/3")
+    assert "%s, sentence 31, line %d: " % (gold, first_token_line(gold, 31)) in err
+    assert "the tree's tokens differ from line 31 of the text" in err and "'changed'" in err
+    assert not out.exists()
+    assert not os.path.exists(str(out) + ".parts/chunk-000004.conllu")
+    err = check_fails(inp, gold, out, capsys, "--merge-only")
+    assert "chunks are missing" in err and not out.exists()
+
+
+@pytest.mark.parametrize("shard, sentence", [("0/3", 22), ("1/3", 29), ("2/3", 20)])
+def test_conllu_check_sentence_deleted_fails_in_every_shard(gold50, tmp_path, capsys, shard,
+                                                           sentence):
+    inp, gold, lines, trees = gold50
+    del trees[19]  # sentence 20: chunks 2 (its own) to 7 no longer match
+    write_conllu(trees, str(gold))
+    out = tmp_path / "out.conllu"
+    err = check_fails(inp, gold, out, capsys, "--shard", shard)
+    assert "%s, sentence %d, line %d: " % (gold, sentence, first_token_line(gold, sentence)) \
+        in err
+    assert not out.exists()
+
+
+def test_conllu_check_extra_tree_at_the_end(gold50, tmp_path, capsys):
+    inp, gold, lines, trees = gold50
+    write_conllu(trees + trees[:1], str(gold))
+    out = tmp_path / "out.conllu"
+    err = check_fails(inp, gold, out, capsys)
+    assert "%s, sentence 51, line %d: the file has more sentences than the text has lines " \
+        "(50)" % (gold, first_token_line(gold, 51)) in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("shard", ["1/3", "2/3"])  # chunk 7 has no trees; chunk 5 too few
+def test_conllu_check_parse_shorter_than_the_text(gold50, tmp_path, capsys, shard):
+    inp, gold, lines, trees = gold50
+    write_conllu(trees[:40], str(gold))
+    out = tmp_path / "out.conllu"
+    last_line = gold.read_text(encoding="utf-8").count("\n")
+    err = check_fails(inp, gold, out, capsys, "--shard", shard)
+    assert "%s, line %d: the file ends after 40 sentences but the text has more lines " \
+        "(line 41 of the text has no tree)" % (gold, last_line) in err
+    assert not out.exists()
+
+
+def test_conllu_check_resumes_to_the_same_bytes(gold50, tmp_path, caplog):
+    inp, gold, lines, trees = gold50
+    out = tmp_path / "out.conllu"
+    check_conllu(inp, gold, out)
+    ref = out.read_text(encoding="utf-8")
+    parts = Path(str(out) + ".parts")
+    os.unlink(out)
+    os.unlink(parts / "chunk-000003.conllu")  # never finished
+    text = (parts / "chunk-000005.conllu").read_text(encoding="utf-8")
+    (parts / "chunk-000005.conllu").write_text(text[: len(text) // 2], encoding="utf-8")
+    stale = parts / ".chunk-000003.conllu.abc123.tmp"  # left by a killed writer
+    stale.write_text("1\thalf", encoding="utf-8")
+    caplog.set_level("INFO")
+    check_conllu(inp, gold, out)
+    assert out.read_text(encoding="utf-8") == ref
+    assert not stale.exists()
+    assert any("chunk-000005.conllu" in r.getMessage() and "redoing" in r.getMessage()
+               for r in caplog.records if r.levelname == "WARNING")
+    caplog.clear()
+    check_conllu(inp, gold, out)
+    assert out.read_text(encoding="utf-8") == ref
+    assert any("already parsed" in r.getMessage() for r in caplog.records)
+
+
+def test_conllu_check_of_another_parse_is_not_mixed_in(gold50, tmp_path, capsys):
+    inp, gold, lines, trees = gold50
+    out = tmp_path / "out.conllu"
+    check_conllu(inp, gold, out, "--shard", "0/2")
+    trees[0].heads = [0] + [1] * (len(trees[0].words) - 1)  # same words, other heads
+    write_conllu(trees, str(gold))
+    err = check_fails(inp, gold, out, capsys, "--shard", "1/2")
+    assert "made for another input, chunk size or parser" in err and "conllu_sha256" in err
+    assert not out.exists()
+
+
+def test_conllu_check_without_the_parse_is_a_clear_error(gold50, tmp_path, capsys):
+    inp, gold, lines, trees = gold50
+    err = check_fails(inp, tmp_path / "none.conllu", tmp_path / "out.conllu", capsys)
+    assert "the existing parse %s (--conllu) does not exist" % (tmp_path / "none.conllu") in err
+
+
+def peak_bytes(run):
+    """Peak traced memory of ``run()`` (tracemalloc), in bytes."""
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        run()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.slow
+def test_conllu_check_memory_does_not_grow_with_the_corpus(tmp_path):
+    """Checking 10x the sentences needs no more memory (chunks of 1000)."""
+    runs = {}
+    for n in (3000, 30000):
+        lines, trees = random_parse(n, seed=n)
+        inp = write_lines(tmp_path / ("in%d.txt" % n), lines)
+        gold = tmp_path / ("gold%d.conllu" % n)
+        write_conllu(trees, str(gold))
+        runs[n] = (inp, gold, lines, trees)
+    del lines, trees
+
+    def check(n, name):
+        inp, gold = runs[n][:2]
+        cli_main(["--input", str(inp), "--output", str(tmp_path / name), "--parser", "conllu",
+                  "--conllu", str(gold), "--chunk-size", "1000", "--no-progress-bar"])
+
+    check(3000, "warm-up.conllu")  # imports, caches
+    small = peak_bytes(lambda: check(3000, "small.conllu"))
+    large = peak_bytes(lambda: check(30000, "large.conllu"))
+    print("peak traced memory: %d bytes for 3000 sentences, %d for 30000" % (small, large))
+    assert large - small < 256 * 1024, (small, large)
+    lines, trees = runs[30000][2:]
+    assert (tmp_path / "large.conllu").read_text(encoding="utf-8") == normalised(lines, trees)

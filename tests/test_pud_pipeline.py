@@ -14,7 +14,7 @@ import pytest
 
 from fairseq_posattn.structure import read_conllu, write_conllu
 
-from conftest import COMMON_ARGS, TINY_MODEL_ARGS, USER_DIR, run, run_cli
+from conftest import COMMON_ARGS, TINY_MODEL_ARGS, USER_DIR, read_trees, run, run_cli
 from test_translation_struct import reference_structure
 
 PUD = Path(os.environ.get("PUD_DIR", "/nonexistent"))
@@ -58,15 +58,14 @@ def test_every_pud_sentence_gets_its_tree(pud_bin):
 
     work, dest, english = pud_bin
     for split, rows in SPLITS.items():
-        heads = data_utils.load_indexed_dataset(str(dest / f"{split}.en-de.en.heads"), None)
+        written = read_trees(dest / f"{split}.en-de.en")
         tokens = data_utils.load_indexed_dataset(str(dest / f"{split}.en-de.en"), None)
-        pieces = data_utils.load_indexed_dataset(str(dest / f"{split}.en-de.en.piece2word"), None)
         trees = english[rows]
-        assert len(heads) == len(tokens) == len(trees)
-        for i, tree in enumerate(trees):
-            assert heads[i].tolist() == tree.heads
-            assert len(pieces[i]) + 1 == tokens.sizes[i]
-            assert pieces[i][-1] == len(tree.words) - 1
+        assert len(written) == len(tokens) == len(trees)
+        for i, (tree, (heads, pieces)) in enumerate(zip(trees, written)):
+            assert heads == tree.heads
+            assert len(pieces) + 1 == tokens.sizes[i]
+            assert pieces[-1] == len(tree.words) - 1
 
 
 def test_translation_struct_batches_match_the_gold_trees(pud_bin):

@@ -26,4 +26,4 @@ def test_quickstart_runs_every_step(structure, tmp_path):
     assert f"--task translation_struct --arch {arch}" in log
     # two raw sentences translated by fairseq-interactive after BPE and parsing
     assert len(re.findall(r"^\[quickstart\]   D-\d+  ", log, re.M)) == 2
-    assert (tmp_path / "data-bin-bpe150" / "train.en-de.en.heads.bin").exists()
+    assert (tmp_path / "data-bin-bpe150" / "train.en-de.en.trees.bin").exists()

@@ -128,8 +128,8 @@ def test_wmt14_recipe_two_systems_and_significance(wmt_data, tmp_path):
     # the mean of the last two checkpoints is decoded
     assert re.search(r"averaged 2 checkpoints \(checkpoint_\d+_2\.pt, checkpoint_\d+_3\.pt\)", log)
     assert "newstest2014 (test; beam 4, lenpen 0.6) with checkpoint_avg2.pt" in log
-    assert (tmp_path / "data-bin" / "bpe100" / "train.en-de.en.heads.bin").exists()
-    assert (tmp_path / "data-bin" / "bpe100" / "test.en-de.en.piece2word.bin").exists()
+    assert (tmp_path / "data-bin" / "bpe100" / "train.en-de.en.trees.bin").exists()
+    assert (tmp_path / "data-bin" / "bpe100" / "test.en-de.en.trees.idx").exists()
     assert ("paired bootstrap resampling (sacrebleu --paired-bs), baseline transformer vs "
             "transformer_struct") in log
     assert "Baseline: transformer.seed1/newstest2014.hyp" in log
@@ -210,7 +210,7 @@ def test_nist_recipe_four_references(nist_data, tmp_path):
         "SEGMENTER": "udpipe", "PARSER": "udpipe",
         "ARCH": "transformer_struct", "CLEAN_RATIO": "9", "AVG": "1"}, tmp_path)
     assert "segmenting zh (udpipe)" in log
-    assert (tmp_path / "data-bin" / "bpe100" / "train.zh-en.zh.heads.bin").exists()
+    assert (tmp_path / "data-bin" / "bpe100" / "train.zh-en.zh.trees.bin").exists()
     # separate Chinese and English pieces
     assert (tmp_path / "bpe100" / "codes.zh").exists()
     assert (tmp_path / "bpe100" / "codes.en").exists()
@@ -307,8 +307,8 @@ def test_multi30k_recipe_seeds_settings_and_control_trees(tmp_path):
     control = work / "data-bin" / "bpe100.random-projective-trees"
     assert "random-projective control trees (seed 1) over the spacy parses" in (control / ".trees").read_text()
     assert (control / "train.en-de.en.bin").is_symlink()
-    assert (control / "train.en-de.en.heads.bin").read_bytes() != \
-        (work / "data-bin" / "bpe100" / "train.en-de.en.heads.bin").read_bytes()
+    assert (control / "train.en-de.en.trees.bin").read_bytes() != \
+        (work / "data-bin" / "bpe100" / "train.en-de.en.trees.bin").read_bytes()
     assert (export / "transformer_struct_random_projective_trees.seed2.test_2016_flickr.hyp").exists()
     proc = run(["bash", REPO / "examples" / "multi30k_en_de" / "run.sh"],
                env={**TINY, **env, "WORK": str(work), "ARCH": "transformer",

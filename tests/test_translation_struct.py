@@ -1,7 +1,6 @@
 """fairseq-posattn-preprocess and the translation_struct task: trees beside the
 binarized data, checked against the text, collated like the tokens."""
 
-import argparse
 import os
 import shutil
 import signal
@@ -17,7 +16,7 @@ from hypothesis import strategies as st
 import fairseq_posattn  # noqa: F401  (registers the task)
 from fairseq_posattn.structure import StructureError, read_conllu
 
-from conftest import COMMON_ARGS, TINY_MODEL_ARGS, TOY_SIZES, USER_DIR, run, run_cli
+from conftest import COMMON_ARGS, TINY_MODEL_ARGS, TOY_SIZES, USER_DIR, read_trees, run, run_cli
 
 SPLITS = ("train", "valid", "test")
 
@@ -125,20 +124,28 @@ def pieces_of(line):
 
 def test_preprocess_writes_trees_beside_the_binarized_source(struct_bin, bpe_dir):
     for split in SPLITS:
-        for name in ("heads", "piece2word"):
-            for ext in ("bin", "idx"):
-                assert (struct_bin / f"{split}.en-de.en.{name}.{ext}").exists()
-    from fairseq.data import data_utils
+        written = read_trees(struct_bin / f"{split}.en-de.en")
+        trees = list(read_conllu(str(bpe_dir / f"{split}.en.conllu")))
+        lines = (bpe_dir / f"{split}.en").read_text().splitlines()
+        assert len(written) == len(trees) == TOY_SIZES[split]
+        for (heads, pieces), tree, line in zip(written, trees, lines):
+            assert heads == tree.heads
+            assert pieces == pieces_of(line)
+        assert any("@@" in line for line in lines)  # the BPE really split words
 
-    heads = data_utils.load_indexed_dataset(str(struct_bin / "valid.en-de.en.heads"), None)
-    pieces = data_utils.load_indexed_dataset(str(struct_bin / "valid.en-de.en.piece2word"), None)
-    trees = list(read_conllu(str(bpe_dir / "valid.en.conllu")))
-    lines = (bpe_dir / "valid.en").read_text().splitlines()
-    assert len(heads) == len(trees) == TOY_SIZES["valid"]
-    for i, (tree, line) in enumerate(zip(trees, lines)):
-        assert heads[i].tolist() == tree.heads
-        assert pieces[i].tolist() == pieces_of(line)
-    assert any("@@" in line for line in lines)  # the BPE really split words
+
+def test_the_tree_file_is_smaller_than_the_binarized_source(struct_bin):
+    """One byte per piece (the toy corpus's sentences are short) plus one
+    index, against fairseq's two bytes per token plus EOS and its index."""
+    from fairseq.data import indexed_dataset
+
+    def size(prefix):
+        return sum(os.path.getsize(f"{prefix}.{ext}") for ext in ("bin", "idx"))
+
+    for split in SPLITS:
+        prefix = struct_bin / f"{split}.en-de.en"
+        assert indexed_dataset.MMapIndexedDataset.Index(f"{prefix}.trees.idx").dtype == np.uint8
+        assert size(f"{prefix}.trees") <= size(prefix)
 
 
 @pytest.mark.parametrize("left_pad", [True, False])
@@ -213,8 +220,7 @@ def test_tree_data_of_another_split_is_refused_at_load_time(struct_bin, tmp_path
     data = tmp_path / "bin"
     shutil.copytree(struct_bin, data)
     for ext in ("bin", "idx"):
-        for name in ("heads", "piece2word"):
-            shutil.copy(data / f"train.en-de.en.{name}.{ext}", data / f"valid.en-de.en.{name}.{ext}")
+        shutil.copy(data / f"train.en-de.en.trees.{ext}", data / f"valid.en-de.en.trees.{ext}")
     task = load_task(data)
     with pytest.raises(StructureError, match="split 'valid'"):
         task.load_dataset("valid")
@@ -223,29 +229,39 @@ def test_tree_data_of_another_split_is_refused_at_load_time(struct_bin, tmp_path
 def test_missing_tree_files_say_how_to_make_them(struct_bin, tmp_path):
     data = tmp_path / "bin"
     shutil.copytree(struct_bin, data)
-    (data / "test.en-de.en.heads.idx").unlink()
+    (data / "test.en-de.en.trees.idx").unlink()
     task = load_task(data)
     with pytest.raises(FileNotFoundError, match="fairseq-posattn-preprocess"):
         task.load_dataset("test")
 
 
-# fairseq-posattn-preprocess, SIGKILLed (no clean-up possible) after its n-th tree
+def test_tree_files_of_the_old_format_say_how_to_rewrite_them(struct_bin, tmp_path):
+    data = tmp_path / "bin"
+    shutil.copytree(struct_bin, data)
+    for ext in ("bin", "idx"):  # the two int32 files of version 0.1 in place of the new one
+        (data / f"test.en-de.en.trees.{ext}").rename(data / f"test.en-de.en.heads.{ext}")
+    task = load_task(data)
+    with pytest.raises(StructureError, match=r"before 0\.2.*--trees-only"):
+        task.load_dataset("test")
+
+
+# fairseq-posattn-preprocess, SIGKILLed (no clean-up possible) after its n-th part of trees
 DYING_PREPROCESS = """
 import os, signal, sys
 from fairseq_posattn.data import preprocess, tree_files
 
 kill_at = int(sys.argv[1])
-add = tree_files.TreeFileWriter.add
+add = tree_files.TreeFileWriter.add_encoded
 added = 0
 
-def dying_add(self, heads, piece2word):
+def dying_add(self, values, sizes):
     global added
-    add(self, heads, piece2word)
+    add(self, values, sizes)
     added += 1
     if added == kill_at:
         os.kill(os.getpid(), signal.SIGKILL)
 
-tree_files.TreeFileWriter.add = dying_add
+tree_files.TreeFileWriter.add_encoded = dying_add
 preprocess.cli_main(sys.argv[2:])
 """
 
@@ -257,14 +273,14 @@ def test_killed_preprocess_leaves_no_tree_file_and_reruns_to_the_same_files(
     args = ["--source-lang", "en", "--target-lang", "de", "--trainpref", bpe_dir / "train",
             "--validpref", bpe_dir / "valid", "--testpref", bpe_dir / "test", "--destdir", dest,
             "--joined-dictionary", "--workers", "1"]
-    # killed half-way through the valid split
-    kill_at = TOY_SIZES["train"] + TOY_SIZES["valid"] // 2
+    # killed after the only part of the valid split, before its index is written
+    kill_at = 2
     killed = run([sys.executable, "-c", DYING_PREPROCESS, kill_at, *args], check=False)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     names = set(os.listdir(dest))
-    assert {"train.en-de.en.heads.idx", "test.en-de.en.bin"} <= names
-    assert not {"valid.en-de.en.heads.bin", "valid.en-de.en.heads.idx"} & names
-    assert "valid.en-de.en.heads.partial.bin" in names
+    assert {"train.en-de.en.trees.idx", "test.en-de.en.bin"} <= names
+    assert not {"valid.en-de.en.trees.bin", "valid.en-de.en.trees.idx"} & names
+    assert "valid.en-de.en.trees.partial.bin" in names
     with pytest.raises(FileNotFoundError, match="fairseq-posattn-preprocess"):
         load_task(dest).load_dataset("valid")
     preprocess(bpe_dir, dest, "--trees-only")  # the text is binarized already
@@ -343,29 +359,35 @@ def test_a_model_without_tree_inputs_is_refused(struct_bin, tmp_path):
 # damaged tree files: found when the split is loaded, named, never a crash
 # --------------------------------------------------------------------------
 
-VALID_TREES = [f"valid.en-de.en.{name}.{ext}" for name in ("heads", "piece2word")
-               for ext in ("idx", "bin")]
+VALID_TREES = [f"valid.en-de.en.trees.{ext}" for ext in ("idx", "bin")]
 
 
 def _truncate(path, keep):
     path.write_bytes(path.read_bytes()[:keep])
 
 
+def _set_byte(path, where, value):
+    content = bytearray(path.read_bytes())
+    content[where] = value
+    path.write_bytes(bytes(content))
+
+
 @pytest.mark.parametrize("damage, needle", [
-    (lambda d: _truncate(d / "valid.en-de.en.heads.idx", 20), "heads.idx does not start with"),
-    (lambda d: _truncate(d / "valid.en-de.en.heads.idx", 60), "heads.idx is 60 bytes long"),
-    (lambda d: (d / "valid.en-de.en.piece2word.idx").write_bytes(
-        (d / "valid.en-de.en.piece2word.idx").read_bytes() + b"\0"), "bytes long, not the"),
-    (lambda d: _truncate(d / "valid.en-de.en.piece2word.bin", 8), "holds 8 bytes but its index"),
-    (lambda d: (d / "valid.en-de.en.heads.bin").write_bytes(
-        (d / "valid.en-de.en.heads.bin").read_bytes() + b"\0" * 4), "describes 10 sentences"),
+    (lambda d: _truncate(d / "valid.en-de.en.trees.idx", 20), "trees.idx does not start with"),
+    (lambda d: _truncate(d / "valid.en-de.en.trees.idx", 60), "trees.idx is 60 bytes long"),
+    (lambda d: (d / "valid.en-de.en.trees.idx").write_bytes(
+        (d / "valid.en-de.en.trees.idx").read_bytes() + b"\0"), "bytes long, not the"),
+    (lambda d: _set_byte(d / "valid.en-de.en.trees.idx", 17, 6), "not an unsigned integer type"),
+    (lambda d: _set_byte(d / "valid.en-de.en.trees.idx", 26, 99), "sizes and byte offsets disagree"),
+    (lambda d: _truncate(d / "valid.en-de.en.trees.bin", 8), "holds 8 bytes but its index"),
+    (lambda d: (d / "valid.en-de.en.trees.bin").write_bytes(
+        (d / "valid.en-de.en.trees.bin").read_bytes() + b"\0" * 4), "describes 10 sentences"),
     # the index of one split beside the data of another
-    (lambda d: shutil.copy(d / "test.en-de.en.heads.idx", d / "valid.en-de.en.heads.idx"),
-     "heads"),
-    # two piece maps swapped in a data file of the right length
-    (lambda d: (d / "valid.en-de.en.piece2word.bin").write_bytes(
-        np.zeros(len((d / "valid.en-de.en.piece2word.bin").read_bytes()) // 4,
-                 dtype=np.int32).tobytes()), "do not belong together"),
+    (lambda d: shutil.copy(d / "test.en-de.en.trees.idx", d / "valid.en-de.en.trees.idx"),
+     "trees"),
+    # a data file of the right length whose sentences start with no word
+    (lambda d: (d / "valid.en-de.en.trees.bin").write_bytes(
+        bytes(len((d / "valid.en-de.en.trees.bin").read_bytes()))), "sentence 0: its first piece"),
 ])
 def test_damaged_tree_files_are_refused_at_load_time(struct_bin, tmp_path, damage, needle):
     data = tmp_path / "bin"
@@ -381,10 +403,10 @@ def test_a_head_out_of_range_names_the_split_and_sentences(struct_bin, tmp_path)
     """A value changed inside a data file of the right length is found when its batch is made."""
     data = tmp_path / "bin"
     shutil.copytree(struct_bin, data)
-    heads = data / "valid.en-de.en.heads.bin"
-    values = np.frombuffer(heads.read_bytes(), dtype=np.int32).copy()
-    values[0] = 999
-    heads.write_bytes(values.tobytes())
+    trees = data / "valid.en-de.en.trees.bin"
+    values = np.frombuffer(trees.read_bytes(), dtype=np.uint8).copy()
+    values[0] = 200  # the head of the first word of sentence 0
+    trees.write_bytes(values.tobytes())
     task = load_task(data)
     task.load_dataset("valid")
     batches = task.get_batch_iterator(task.dataset("valid"), max_sentences=20).next_epoch_itr(

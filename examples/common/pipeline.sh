@@ -341,7 +341,7 @@ add_trees() {
         mkdir -p "$DATA_BIN"
         local file
         for file in "$BIN"/*; do
-            case "$file" in *.heads.* | *.piece2word.* | *.log) continue ;; esac
+            case "$file" in *.trees.* | *.log) continue ;; esac
             ln -sfn "$file" "$DATA_BIN/$(basename "$file")"
         done
     fi

@@ -17,7 +17,7 @@ import time
 import numpy as np
 import torch
 
-from ..structure import batch_piece_structure
+from ..structure import batch_piece_structure, encode_piece_tree
 from ..structure.control_trees import random_projective_heads
 
 
@@ -51,7 +51,7 @@ def collaters(batches, vocab_size=1000):
                          torch.tensor([vocab.eos()])]) for w in words]
     sizes = np.array([len(t) for t in tokens])
     pairs = LanguagePairDataset(tokens, sizes, vocab, tokens, sizes, vocab)
-    trees = TreeLanguagePairDataset(pairs, heads, words)
+    trees = TreeLanguagePairDataset(pairs, [encode_piece_tree(h, w) for h, w in zip(heads, words)])
     size = len(batches[0][0])
     index_batches = [list(range(i, i + size)) for i in range(0, len(tokens), size)]
     return {

@@ -25,7 +25,11 @@ the chunk size and the parser, so chunks of another input or parser are
 never mixed in.
 
 ``--parser conllu --conllu FILE`` checks an existing parse against the text
-and writes it normalised (no chunks).
+and writes it normalised, in the same chunks (so it resumes, shards and
+merges like a parser): one pass over FILE finds where the sentences of each
+chunk start, and each chunk's trees are read and compared with its lines
+(errors name FILE, sentence and line).  ``meta.json`` records FILE's sha256
+and size.
 """
 
 import argparse
@@ -38,14 +42,14 @@ import re
 import sys
 import time
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from fairseq_posattn.structure import (DependencyTree, StructureError, check_tree,
                                        read_conllu, write_conllu)
 
 from ..files import atomic_output
-from .parsers import (BACKENDS, Parser, ParserSetupError, add_parser_args, build_parser,
-                      passthrough_conllu)
+from .parsers import (BACKENDS, ExistingParse, Parser, ParserSetupError, add_parser_args,
+                      build_parser)
 
 logger = logging.getLogger(__name__)
 
@@ -102,9 +106,6 @@ class InputIndex:
             raise ParseInputError("%s changed while it was being parsed (chunk %d has %d lines, "
                                   "expected %d)" % (self.path, c, len(out), n))
         return out
-
-    def read_all(self) -> List[str]:
-        return [line for c in range(self.n_chunks) for line in self.read_chunk(c)]
 
 
 def _decode_line(raw: bytes, path: str, line_no: int) -> str:
@@ -267,15 +268,17 @@ def _load_parser(backend: str, options: Dict[str, object], threads: Optional[int
     return parser
 
 
-def _worker_init(backend, options, threads, index, parts_dir, batch_size, log_level):
+def _worker_init(parser, backend, options, threads, index, parts_dir, batch_size, log_level):
+    """``parser``: one made by the main process (the conllu backend), else
+    ``backend`` is loaded here."""
     logging.basicConfig(level=log_level, format="%(asctime)s | %(levelname)s | %(name)s | "
                         "%(message)s", stream=sys.stderr, force=True)
-    _WORKER.update(index=index, parts_dir=parts_dir, batch_size=batch_size,
-                   parser=None, backend=backend, options=options, threads=threads)
-    try:
-        _WORKER["parser"] = _load_parser(backend, options, threads)
-    except Exception as exc:  # reported with the first task
-        _WORKER["error"] = exc
+    _WORKER.update(index=index, parts_dir=parts_dir, batch_size=batch_size, parser=parser)
+    if parser is None:
+        try:
+            _WORKER["parser"] = _load_parser(backend, options, threads)
+        except Exception as exc:  # reported with the first task
+            _WORKER["error"] = exc
 
 
 def _worker_task(c: int):
@@ -305,15 +308,21 @@ def chunk_is_done(index: InputIndex, parts_dir: str, c: int,
         return False
 
 
-def do_chunk(parser: Parser, index: InputIndex, parts_dir: str, c: int, batch_size: int,
-             progress=None) -> Dict[str, object]:
-    """Parse chunk ``c`` and write it atomically (unless it is already done)."""
+def do_chunk(parser: Union[Parser, ExistingParse], index: InputIndex, parts_dir: str, c: int,
+             batch_size: int, progress=None) -> Dict[str, object]:
+    """Parse chunk ``c`` (or read it from the existing parse) and write it
+    atomically (unless it is already done)."""
     lines = index.read_chunk(c)
     if chunk_is_done(index, parts_dir, c, lines):
         return {"chunk": c, "sentences": len(lines), "skipped": True, "seconds": 0.0}
     first, _ = index.chunk_lines(c)
     t0 = time.time()
-    trees, stats = parse_lines(parser, lines, first, index.path, batch_size, progress)
+    if isinstance(parser, ExistingParse):
+        trees, stats = parser.chunk_trees(c, lines, last=c == index.n_chunks - 1), {}
+        if progress is not None:
+            progress(len(trees))
+    else:
+        trees, stats = parse_lines(parser, lines, first, index.path, batch_size, progress)
     seconds = time.time() - t0
     with atomic_output(chunk_path(parts_dir, c)) as f:
         write_conllu(trees, f)
@@ -456,8 +465,10 @@ def _progress_bar(total: int, disable: bool):
                 mininterval=1.0)
 
 
-def _run_chunks(args, index: InputIndex, parts_dir: str, todo: List[int]) -> Dict[str, object]:
-    """Parse the chunks ``todo`` (in-process or with a pool of workers)."""
+def _run_chunks(args, index: InputIndex, parts_dir: str, todo: List[int],
+                existing: Optional[ExistingParse] = None) -> Dict[str, object]:
+    """Parse the chunks ``todo`` (in-process or with a pool of workers) with
+    ``args.parser``, or read them from ``existing`` (the conllu backend)."""
     total_lines = sum(index.chunk_lines(c)[1] for c in todo)
     bar = _progress_bar(total_lines, args.no_progress_bar)
     summary = {"parsed": 0, "skipped": 0, "seconds": 0.0, "multi_root": 0,
@@ -478,7 +489,7 @@ def _run_chunks(args, index: InputIndex, parts_dir: str, todo: List[int]) -> Dic
     t0 = time.time()
     try:
         if args.workers <= 1 or len(todo) <= 1:
-            parser = None
+            parser = existing
             for c in todo:
                 if parser is None:
                     lines = index.read_chunk(c)
@@ -508,8 +519,8 @@ def _run_chunks(args, index: InputIndex, parts_dir: str, todo: List[int]) -> Dic
                 os.environ.setdefault(var, str(threads))
             try:
                 pool = ctx.Pool(workers, initializer=_worker_init,
-                                initargs=(args.parser, parser_options(args), threads, index,
-                                          parts_dir, args.batch_size,
+                                initargs=(existing, args.parser, parser_options(args), threads,
+                                          index, parts_dir, args.batch_size,
                                           logger.getEffectiveLevel()))
             finally:
                 for var, value in saved.items():
@@ -553,12 +564,15 @@ def parse_file(args) -> None:
     index = scan_input(args.input, args.chunk_size)
     logger.info("%s: %d lines, %d chunk(s) of up to %d lines", args.input, index.n_lines,
                 index.n_chunks, args.chunk_size)
+    existing = None
     if args.parser == "conllu":
-        _passthrough(args, index)
-        return
+        if not args.conllu:
+            raise ParseInputError("--parser conllu needs --conllu FILE (the existing parse)")
+        existing = ExistingParse(args.conllu, args.chunk_size)
+        logger.info("%s: %d sentences", args.conllu, existing.index.sentences)
     parts_dir = parts_dir_for(args.output)
     shard_i, shard_n = args.shard
-    meta = _meta(index, parser_identity(args))
+    meta = _meta(index, existing.describe() if existing else parser_identity(args))
 
     if args.merge_only:
         if not os.path.isdir(parts_dir):
@@ -577,7 +591,7 @@ def parse_file(args) -> None:
     if args.shard_given:
         logger.info("shard %d/%d: %d of %d chunks", shard_i, shard_n, len(mine),
                     index.n_chunks)
-    summary = _run_chunks(args, index, parts_dir, mine)
+    summary = _run_chunks(args, index, parts_dir, mine, existing)
     if summary["parsed"]:
         per_worker = summary["parsed"] / summary["seconds"] if summary["seconds"] else 0.0
         logger.info(
@@ -607,25 +621,6 @@ def parse_file(args) -> None:
                 time.time() - t_start)
 
 
-def _passthrough(args, index: InputIndex) -> None:
-    if not args.conllu:
-        raise ParseInputError("--parser conllu needs --conllu FILE (the existing parse)")
-    lines = index.read_all()
-    texts = [line.strip() for line in lines]
-    n = 0
-
-    def write(f):
-        nonlocal n
-        trees = list(passthrough_conllu(args.conllu, texts))
-        n = len(trees)
-        write_conllu(trees, f)
-
-    with atomic_output(args.output) as f:
-        write(f)
-    logger.info("checked %s against %s: %d trees match; wrote %s", args.conllu, args.input, n,
-                args.output)
-
-
 def get_argparser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="fairseq-posattn-parse",
@@ -638,7 +633,9 @@ def get_argparser() -> argparse.ArgumentParser:
     add_parser_args(p, choices=BACKENDS, default="stanza", old_names=True)
     p.add_argument("--download", action="store_true",
                    help="stanza: allow downloading missing models (network)")
-    p.add_argument("--conllu", default=None, help="conllu backend: the existing parse")
+    p.add_argument("--conllu", default=None,
+                   help="conllu backend: an existing parse of --input, checked against its "
+                   "lines and written normalised")
     p.add_argument("--workers", type=int, default=1, help="parser processes")
     p.add_argument("--threads", type=int, default=None,
                    help="threads per worker (torch/BLAS; default: cores / workers)")
@@ -673,8 +670,6 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> None:
         parser.error("--batch-size must be >= 1")
     if args.chunk_size < 1:
         parser.error("--chunk-size must be >= 1")
-    if args.parser == "conllu" and (args.shard_given or args.merge_only):
-        parser.error("--parser conllu checks a whole file: no --shard / --merge-only")
     if argv is None:  # the console script: our format (fairseq's import configured logging)
         logging.basicConfig(level=getattr(logging, args.log_level),
                             format="%(asctime)s | %(levelname)s | %(name)s | %(message)s",

@@ -17,9 +17,9 @@ udpipe     ``ufal.udpipe`` and a ``.udpipe`` model file (``--parser-model PATH``
            ``--parser-model udchinese`` for the Chinese model of that PyPI package).
 =========  =================================================================
 
-The ``conllu`` pass-through (an existing parse checked against the text) is
-:func:`passthrough_conllu`; it has no :class:`Parser` because it reads whole
-files rather than batches of sentences.
+The ``conllu`` backend (an existing parse checked against the text) is
+:class:`ExistingParse`: not a :class:`Parser` of batches, it reads the trees
+of one chunk of the text at a time.
 
 Use :func:`build_parser`::
 
@@ -31,13 +31,13 @@ import importlib.util
 import json
 import logging
 import os
-from typing import Dict, Iterator, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from fairseq_posattn.structure import (
     DependencyTree,
-    StructureError,
     collapse_multiword_tokens,
 )
+from fairseq_posattn.structure.conllu_io import index_sentences
 
 logger = logging.getLogger(__name__)
 
@@ -48,8 +48,8 @@ __all__ = [
     "StanzaParser",
     "SpacyParser",
     "UDPipeParser",
+    "ExistingParse",
     "build_parser",
-    "passthrough_conllu",
     "resolve_udpipe_model",
 ]
 
@@ -428,27 +428,39 @@ class UDPipeParser(Parser):
 
 
 # ---------------------------------------------------------------------------
-# CoNLL-U pass-through
+# CoNLL-U: an existing parse
 # ---------------------------------------------------------------------------
 
-def passthrough_conllu(conllu_path: str, texts: Sequence[str],
-                       first_sent_id: int = 1) -> Iterator[DependencyTree]:
-    """The trees of an existing parse, checked against ``texts`` (the input
-    lines, one sentence each): a different number of sentences or a token
-    that differs raises :class:`StructureError` naming file, sentence and
-    line.  ``sent_id`` becomes the 1-based line number and ``text`` the
-    input line, so the output is normalised like a fresh parse."""
-    from fairseq_posattn.structure import read_conllu
+class ExistingParse:
+    """The ``conllu`` backend: an existing parse of the text, read one chunk
+    of ``chunk_size`` lines at a time (chunk ``c`` is part ``c`` of the
+    file's :func:`~fairseq_posattn.structure.conllu_io.index_sentences`).
+    The file is scanned once, here; the object holds one entry per chunk and
+    goes to worker processes as it is."""
 
-    n = 0
-    for i, tree in enumerate(read_conllu(conllu_path, texts=texts)):
-        tree.sent_id = str(first_sent_id + i)
-        tree.text = texts[i]
-        n += 1
-        yield tree
-    if n != len(texts):  # read_conllu should already have said so
-        raise StructureError("%s has %d sentences but the text has %d lines"
-                             % (conllu_path, n, len(texts)), source=str(conllu_path))
+    name = "conllu"
+
+    def __init__(self, path: str, chunk_size: int):
+        if not os.path.isfile(path):
+            raise ParserSetupError("the existing parse %s (--conllu) does not exist" % path)
+        self.index = index_sentences(path, chunk_size)
+
+    def describe(self):
+        return {"backend": self.name, "conllu_sha256": self.index.sha256,
+                "conllu_bytes": self.index.size}
+
+    def chunk_trees(self, c: int, lines: Sequence[str], last: bool) -> List[DependencyTree]:
+        """The trees of chunk ``c``, checked against its ``lines`` (one tree
+        per line over its tokens, else :class:`StructureError` naming file,
+        sentence and line from the start of the file), normalised like a
+        fresh parse: ``sent_id`` is the line number, ``text`` the line.
+        ``last``: the text's last chunk, so the file must end with it."""
+        first = c * self.index.every + 1
+        trees = list(self.index.read_part(c, texts=lines, last=last))
+        for i, (tree, line) in enumerate(zip(trees, lines)):
+            tree.sent_id = str(first + i)
+            tree.text = line.strip()
+        return trees
 
 
 # ---------------------------------------------------------------------------
@@ -477,6 +489,6 @@ def build_parser(name: str, **options) -> Parser:
         return UDPipeParser(model=opts.get("model"), lang=opts.get("lang"))
     if name == "conllu":
         raise ParserSetupError("the conllu backend checks an existing parse "
-                               "(passthrough_conllu); it does not parse batches")
+                               "(ExistingParse); it does not parse batches")
     raise ParserSetupError("unknown parser backend %r (choose from %s)"
                            % (name, ", ".join(BACKENDS)))

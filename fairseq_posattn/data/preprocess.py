@@ -4,11 +4,10 @@ Takes every ``fairseq-preprocess`` option and, for each split, the CoNLL-U
 parse of its source: sentence i of ``{pref}.{src}.conllu`` is the tree of line
 i of ``{pref}.{src}`` (over the words that line's subword pieces spell; the
 parse of the tokenized text before BPE).  Beside fairseq's
-``{split}.{src}-{tgt}.{src}.bin/.idx`` it writes, in fairseq's indexed-dataset
-format and naming, O(T) per sentence:
-
-* ``{split}.{src}-{tgt}.{src}.heads``: the 1-based head of every word (0 = root);
-* ``{split}.{src}-{tgt}.{src}.piece2word``: the 0-based word of every piece.
+``{split}.{src}-{tgt}.{src}.bin/.idx`` it writes the tree file
+``{split}.{src}-{tgt}.{src}.trees.{bin,idx}`` (fairseq's indexed-dataset
+format; one small integer per piece, see :mod:`fairseq_posattn.data.tree_files`),
+in constant memory and in ``--workers`` processes.
 
 A tree whose words differ from the words the pieces spell, a missing or extra
 tree, or a piece count that differs from the binarized source is an error
@@ -20,9 +19,14 @@ parse, a deliberately wrong tree over the same words (see
 whether a structural model gains from syntax or from any tree-shaped signal.
 """
 
+import contextlib
+import functools
 import logging
+import multiprocessing
 import os
 import zlib
+from dataclasses import dataclass
+from typing import Optional, Tuple
 
 import numpy as np
 from fairseq import options
@@ -30,9 +34,11 @@ from fairseq.data import data_utils
 from fairseq_cli import preprocess
 from tqdm import tqdm
 
-from ..structure import (CONTROL_TREES, SCHEMES, StructureError, piece_word_map, read_conllu,
-                         words_from_pieces)
-from .tree_files import TreeFileWriter
+from ..structure import (CONTROL_TREES, SCHEMES, StructureError, encode_piece_tree,
+                         piece_word_map, words_from_pieces)
+from ..structure.conllu_io import SentenceIndex, index_sentences
+from .parse import InputIndex, scan_input
+from .tree_files import TREES, TreeFileWriter, blocks, refuse_mismatch, tree_dtype
 
 logger = logging.getLogger("fairseq_posattn.preprocess")
 
@@ -64,8 +70,53 @@ def split_prefixes(args):
             yield f"{kind}{k if k > 0 else ''}", prefix
 
 
+PART = 10_000  # sentences per unit of work; fixed, so the output does not depend on --workers
+
+
+@dataclass
+class _Split:
+    """What a worker needs to encode the trees of one part of a split."""
+
+    text: InputIndex
+    trees: SentenceIndex
+    scheme: str
+    control: Optional[str]
+    seed: int
+    split: str
+
+
+def encode_part(split: _Split, k: int) -> Tuple[np.ndarray, np.ndarray]:
+    """The encoded trees of part ``k`` (lines ``k * PART + 1`` ...) of a
+    split: their concatenated values and their piece counts."""
+    lines = split.text.read_chunk(k)
+    first, _ = split.text.chunk_lines(k)
+    pieces = [line.split() for line in lines]
+    words = [" ".join(words_from_pieces(p, split.scheme, where=f"{split.text.path}, line "
+                                        f"{first + i}")) for i, p in enumerate(pieces)]
+    trees = split.trees.read_part(k, texts=words, last=k == split.text.n_chunks - 1)
+    control = CONTROL_TREES[split.control] if split.control else None
+    rng = np.random.default_rng([split.seed, zlib.crc32(split.split.encode()), k])
+    values = [encode_piece_tree(control(len(tree), rng) if control else tree.heads,
+                                piece_word_map(p, split.scheme))
+              for tree, p in zip(trees, pieces)]
+    return (np.concatenate(values) if values else np.zeros(0, dtype=np.int64),
+            np.array([len(v) for v in values], dtype=np.int64))
+
+
+@contextlib.contextmanager
+def parts_map(workers: int, parts: int):
+    """``map`` in order, in ``workers`` processes when there is more than one part."""
+    if workers <= 1 or parts <= 1:
+        yield map
+        return
+    with multiprocessing.get_context("fork").Pool(min(workers, parts)) as pool:
+        yield pool.imap
+
+
 def write_trees(args, split: str, input_prefix: str) -> int:
-    """Write the trees of one split; return the number of sentences."""
+    """Write the trees of one split in parts of :data:`PART` sentences (in
+    ``--workers`` processes; the file is the same for any number); return
+    the number of sentences."""
     src = args.source_lang
     text_path = f"{input_prefix}.{src}"
     tree_path = f"{text_path}.{args.trees_suffix}"
@@ -79,47 +130,30 @@ def write_trees(args, split: str, input_prefix: str) -> int:
             f"{tree_path} not found: parse the tokenized source of {text_path} into "
             f"CoNLL-U first (fairseq-posattn-parse), one tree per line"
         )
-    scheme = args.subword_scheme
-    control = CONTROL_TREES[args.control_trees] if args.control_trees else None
-    rng = np.random.default_rng([args.control_trees_seed, zlib.crc32(split.encode())])
-
-    def spelled_words(path):
-        with open(path, encoding="utf-8") as lines:
-            for number, line in enumerate(lines, 1):
-                pieces = line.split()
-                if not pieces:
-                    raise StructureError(
-                        f"{path}, line {number}: empty line; it has no tree — remove empty "
-                        f"lines from both sides of the corpus before BPE and parsing"
-                    )
-                yield " ".join(words_from_pieces(pieces, scheme, where=f"{path}, line {number}"))
-
-    count = 0
-    with open(text_path, encoding="utf-8") as text, TreeFileWriter(dest) as out:
-        trees = read_conllu(tree_path, texts=spelled_words(text_path))
-        # trees first: a missing or extra tree surfaces as read_conllu's own error
-        for index, (tree, line) in enumerate(
-            tqdm(zip(trees, text), desc=f"trees {split}", unit=" sentences",
-                 total=len(binarized))
-        ):
-            pieces = line.split()
-            if index >= len(binarized) or binarized.sizes[index] != len(pieces) + 1:
-                raise StructureError(
-                    f"{text_path}, line {index + 1} (split '{split}', sentence {index}): "
-                    f"{len(pieces)} pieces, but the binarized source in {dest} has "
-                    + (f"{binarized.sizes[index] - 1}" if index < len(binarized)
-                       else "no such")
-                    + " tokens; binarize this very file (same --srcdict/prefixes)"
-                )
-            heads = control(len(tree), rng) if control else tree.heads
-            out.add(heads, piece_word_map(pieces, scheme))
-            count += 1
-        if count != len(binarized):
-            raise StructureError(f"{text_path} has {count} lines but {dest} has "
-                                 f"{len(binarized)} sentences; binarize this very file")
-    what = f"{args.control_trees} control trees over the words" if control else "trees"
-    logger.info(f"wrote {count} {what} of {tree_path} to {dest}.{{heads,piece2word}}")
-    return count
+    text = scan_input(text_path, PART)
+    if text.n_lines != len(binarized):
+        raise StructureError(f"{text_path} has {text.n_lines} lines but {dest} has "
+                             f"{len(binarized)} sentences; binarize this very file")
+    longest = max(int(binarized.sizes[start:end].max()) for start, end in blocks(len(binarized)))
+    job = _Split(text, index_sentences(tree_path, PART), args.subword_scheme,
+                 args.control_trees, args.control_trees_seed, split)
+    with TreeFileWriter(dest, tree_dtype(longest)) as out, \
+            parts_map(args.workers, text.n_chunks) as each, \
+            tqdm(total=text.n_lines, desc=f"trees {split}", unit=" sentences") as bar:
+        for k, (values, sizes) in enumerate(each(functools.partial(encode_part, job),
+                                                 range(text.n_chunks))):
+            first = k * PART
+            refuse_mismatch(
+                sizes + 1 != binarized.sizes[first:first + len(sizes)],
+                lambda i, count: f"{text_path}, line {i + 1} (split '{split}', sentence {i}): "
+                f"{sizes[i - first]} pieces, but the binarized source in {dest} has "
+                f"{binarized.sizes[i] - 1} tokens; binarize this very file (same "
+                f"--srcdict/prefixes)", first=first)
+            out.add_encoded(values, sizes)
+            bar.update(len(sizes))
+    what = f"{args.control_trees} control trees over the words" if args.control_trees else "trees"
+    logger.info(f"wrote {text.n_lines} {what} of {tree_path} to {dest}.{TREES}")
+    return text.n_lines
 
 
 def main(args):

@@ -1,8 +1,9 @@
 """Source sentences with their dependency trees, batched for the encoder.
 
-On disk the structure is O(T) per sentence (fairseq indexed datasets beside
-the binarized text, see :mod:`fairseq_posattn.data.tree_files`): the head of
-every word and the word of every subword piece.  The collater derives the
+On disk the structure is one small integer per subword piece (a fairseq
+indexed dataset beside the binarized text, see
+:mod:`fairseq_posattn.data.tree_files`), from which the head of every word
+and the word of every piece are decoded.  The collater derives the
 piece-level depths ``[B, T]`` and relative structural positions ``[B, T, T]``
 (Wang et al. 2019, Sec. 3.1) for the batch, laid out exactly like
 ``src_tokens``: same sentence order, same padding side, the appended EOS, and
@@ -11,10 +12,9 @@ piece-level depths ``[B, T]`` and relative structural positions ``[B, T, T]``
 
 from typing import Sequence
 
-import numpy as np
 from fairseq.data import BaseWrapperDataset
 
-from ..structure import StructureError, batch_piece_structure
+from ..structure import StructureError, batch_piece_structure, decode_piece_tree
 
 
 class TreeLanguagePairDataset(BaseWrapperDataset):
@@ -22,30 +22,25 @@ class TreeLanguagePairDataset(BaseWrapperDataset):
 
     Args:
         dataset: the language pair dataset (its source ends with EOS).
-        heads: per sentence, the 1-based head of each word (0 = root).
-        piece_words: per sentence, the 0-based word of each subword piece.
+        trees: per sentence, its tree over its pieces as
+            :func:`~fairseq_posattn.structure.pieces.encode_piece_tree` encodes it.
         rule: ``"figure"`` or ``"text"`` (see :func:`relative_structural_positions`).
         name: the split, for error messages.
     """
 
-    def __init__(self, dataset, heads: Sequence, piece_words: Sequence, rule: str = "figure",
-                 name: str = ""):
+    def __init__(self, dataset, trees: Sequence, rule: str = "figure", name: str = ""):
         super().__init__(dataset)
-        self.heads = heads
-        self.piece_words = piece_words
+        self.trees = trees
         self.rule = rule
         self.name = name
 
     def __getitem__(self, index):
         item = self.dataset[index]
-        heads = np.asarray(self.heads[index], dtype=np.int64)
-        piece_words = np.asarray(self.piece_words[index], dtype=np.int64)
-        if len(piece_words) and (piece_words.max() >= len(heads) or piece_words.min() < 0):
-            raise StructureError(
-                f"split '{self.name}', sentence {index}: a piece points to word "
-                f"{int(piece_words.max())} of a tree with {len(heads)} words; the tree "
-                f"data is corrupt, rerun fairseq-posattn-preprocess"
-            )
+        try:
+            heads, piece_words = decode_piece_tree(self.trees[index])
+        except StructureError as err:
+            raise StructureError(f"split '{self.name}', sentence {index}: {err}; rerun "
+                                 f"fairseq-posattn-preprocess") from None
         item["heads"], item["piece_words"] = heads, piece_words
         return item
 

@@ -1,67 +1,126 @@
-"""The tree files: what ``fairseq-posattn-preprocess`` writes beside the
+"""The tree file: what ``fairseq-posattn-preprocess`` writes beside the
 binarized source and ``translation_struct`` reads back.
 
-Per split, beside fairseq's ``{split}.{src}-{tgt}.{src}.bin/.idx``, two
-fairseq mmap indexed datasets ``{split}.{src}-{tgt}.{src}.NAME.{bin,idx}``:
+Per split, beside fairseq's ``{split}.{src}-{tgt}.{src}.bin/.idx``, one
+fairseq mmap indexed dataset ``{split}.{src}-{tgt}.{src}.trees.{bin,idx}``:
+per sentence one value per subword piece, the head of the piece's word (+ 1)
+at a word's first piece and 0 at the others
+(:func:`~fairseq_posattn.structure.pieces.encode_piece_tree`).  The values
+take the smallest unsigned type that holds the longest source sentence
+(``uint8`` up to 254 pieces), so the file is at most the size of fairseq's
+own source files.
 
-* ``heads``: the 1-based head of every word (0 = root);
-* ``piece2word``: the 0-based word of every subword piece.
-
-:class:`TreeFileWriter` writes them (under temporary names, moved into place
-only when complete); :func:`load_trees` finds, checks and loads them.
+:class:`TreeFileWriter` writes it in constant memory (under temporary names,
+moved into place only when complete); :func:`load_trees` finds, checks and
+loads it, in constant memory too.
 """
 
 import itertools
 import os
 import struct
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Tuple
 
 import numpy as np
-import torch
 from fairseq.data import ConcatDataset, indexed_dataset
 
-from ..structure import StructureError
+from ..structure import StructureError, encode_piece_tree
 
-TREE_FILES = ("heads", "piece2word")
+TREES = "trees"
+OLD_TREE_FILES = ("heads", "piece2word")  # two int32 files, before version 0.2
+BLOCK = 1 << 16  # sentences per step of the blockwise index work
+
+# fairseq's MMapIndexedDataset.Index: magic (9 bytes), version (8), dtype code
+# (1), sentence count (8), then the sizes (int32) and byte offsets (int64)
+_INDEX_MAGIC = b"MMIDIDX\x00\x00"
+_INDEX_HEADER_BYTES = 26
+_REWRITE = ("rerun fairseq-posattn-preprocess (with --trees-only it rewrites just the "
+            "trees beside the binarized text)")
+
+
+def tree_dtype(longest_source: int) -> np.dtype:
+    """The smallest unsigned type of the values of a corpus whose longest
+    binarized source sentence has ``longest_source`` tokens (EOS included):
+    a value is at most words + 1 <= pieces + 1 = that length."""
+    for dtype in (np.uint8, np.uint16, np.uint32):
+        if longest_source <= np.iinfo(dtype).max:
+            return np.dtype(dtype)
+    raise StructureError(f"a source sentence of {longest_source} tokens is too long for "
+                         f"a tree file")
+
+
+def blocks(n: int) -> Iterator[Tuple[int, int]]:
+    """``(start, end)`` of consecutive blocks of :data:`BLOCK` sentences
+    covering ``range(n)``."""
+    for start in range(0, n, BLOCK):
+        yield start, min(n, start + BLOCK)
 
 
 class TreeFileWriter:
-    """Writes the tree files of one split with the prefix ``dest``
+    """Writes the tree file of one split with the prefix ``dest``
     (``{destdir}/{split}.{src}-{tgt}.{src}``)::
 
-        with TreeFileWriter(dest) as out:
-            out.add(heads, piece2word)   # per sentence, in corpus order
+        with TreeFileWriter(dest, tree_dtype(longest)) as out:
+            out.add(heads, piece_words)      # per sentence, in corpus order
+            out.add_encoded(values, sizes)   # or many sentences at once
 
-    Written under temporary names and moved into place when the block ends
-    without an error, so a killed run leaves no half-written file that looks
-    finished; on an error the temporary files are removed."""
+    The data go straight to disk and the sizes to a side file, from which the
+    index is written at the end, block by block: memory does not grow with
+    the corpus.  Written under temporary names and moved into place when the
+    block ends without an error, so a killed run leaves no half-written file
+    that looks finished; on an error the temporary files are removed."""
 
-    def __init__(self, dest: str):
+    def __init__(self, dest: str, dtype: np.dtype):
         self.dest = dest
-        self.partial = {name: f"{dest}.{name}.partial" for name in TREE_FILES}
-        self.builders = {}
+        self.dtype = np.dtype(dtype)
+        self.partial = f"{dest}.{TREES}.partial"
+        self.count = 0
 
     def __enter__(self) -> "TreeFileWriter":
-        self.builders = {
-            name: indexed_dataset.MMapIndexedDatasetBuilder(f"{path}.bin", dtype=np.int32)
-            for name, path in self.partial.items()
-        }
+        self.data = open(f"{self.partial}.bin", "wb")
+        self.sizes = open(f"{self.partial}.sizes", "wb")
         return self
 
-    def add(self, heads: Sequence[int], piece2word: Sequence[int]) -> None:
-        self.builders["heads"].add_item(torch.tensor(np.asarray(heads), dtype=torch.int32))
-        self.builders["piece2word"].add_item(
-            torch.tensor(np.asarray(piece2word), dtype=torch.int32))
+    def add(self, heads, piece_words) -> None:
+        values = encode_piece_tree(heads, piece_words)
+        self.add_encoded(values, np.array([len(values)]))
+
+    def add_encoded(self, values: np.ndarray, sizes: np.ndarray) -> None:
+        """Sentences whose concatenated values are ``values`` and whose piece
+        counts are ``sizes``."""
+        if values.size and values.max() > np.iinfo(self.dtype).max:
+            raise StructureError(f"{self.dest}: a tree value {values.max()} does not fit "
+                                 f"{self.dtype}")
+        self.data.write(values.astype(self.dtype).tobytes())
+        self.sizes.write(np.asarray(sizes, dtype="<i4").tobytes())
+        self.count += len(sizes)
+
+    def _write_index(self, path: str) -> None:
+        code = indexed_dataset._dtype_header_code(self.dtype.type)
+        sizes = np.memmap(f"{self.partial}.sizes", dtype="<i4", mode="r") if self.count else []
+        with open(path, "wb") as index:
+            index.write(_INDEX_MAGIC + struct.pack("<Q", 1) + struct.pack("<B", code)
+                        + struct.pack("<Q", self.count))
+            for start, end in blocks(self.count):
+                index.write(np.asarray(sizes[start:end]).tobytes())
+            offset = 0
+            for start, end in blocks(self.count):
+                ends = offset + np.cumsum(sizes[start:end], dtype=np.int64) * self.dtype.itemsize
+                index.write((ends - sizes[start:end] * self.dtype.itemsize).astype("<i8").tobytes())
+                offset = int(ends[-1])
+        del sizes
 
     def __exit__(self, kind, error, traceback) -> None:
-        for name, builder in self.builders.items():
-            builder.finalize(f"{self.partial[name]}.idx")  # also closes the data file
-        for name, path in self.partial.items():
-            for ext in ("bin", "idx"):
-                if kind is None:
-                    os.replace(f"{path}.{ext}", f"{self.dest}.{name}.{ext}")
-                else:
-                    os.unlink(f"{path}.{ext}")
+        self.data.close()
+        self.sizes.close()
+        try:
+            if kind is None:
+                self._write_index(f"{self.partial}.idx")
+                for ext in ("bin", "idx"):
+                    os.replace(f"{self.partial}.{ext}", f"{self.dest}.{TREES}.{ext}")
+        finally:
+            for ext in ("bin", "idx", "sizes"):
+                if os.path.exists(f"{self.partial}.{ext}"):
+                    os.unlink(f"{self.partial}.{ext}")
 
 
 def _tree_prefix(data_path, split, src, tgt, impl) -> Optional[str]:
@@ -73,119 +132,105 @@ def _tree_prefix(data_path, split, src, tgt, impl) -> Optional[str]:
     return None
 
 
-# fairseq's MMapIndexedDataset.Index starts with its magic (9 bytes), version
-# (8), dtype code (1) and sentence count (8)
-_INDEX_MAGIC = b"MMIDIDX\x00\x00"
-_INDEX_HEADER_BYTES = 26
-_REWRITE = ("rerun fairseq-posattn-preprocess (with --trees-only it rewrites just the "
-            "trees beside the binarized text)")
+def _corrupt(what: str) -> StructureError:
+    return StructureError(f"{what}; the tree file is truncated, corrupt or from two "
+                          f"different runs: {_REWRITE}")
 
 
 def load_tree_file(path: str):
-    """One tree file written by fairseq-posattn-preprocess (a fairseq mmap
-    indexed dataset ``path.bin`` + ``path.idx``), or None if it is missing.
+    """The tree file ``path.bin`` + ``path.idx`` written by
+    fairseq-posattn-preprocess (a fairseq mmap indexed dataset), or None if
+    it is missing.
 
-    Checked as a whole before any batch is made: the index must be readable,
-    as long as its sentence count says, its byte offsets those of its sizes,
-    and the data file exactly as long as the sizes say.  So any change to an
+    Checked as a whole, block by block, before any batch is made: the index
+    must be readable, as long as its sentence count says, its byte offsets
+    those of its sizes, the data file exactly as long as the sizes say, and
+    every sentence's first piece must start a word.  So any change to an
     index, and a truncated, extended or half-written data file (an
     interrupted run, a copy cut short, files of two runs), is a
     :class:`StructureError` naming the file, never an IndexError or a
-    silently shifted tree later on.  Values inside a data file of the right
-    length are checked when batches are made (heads in range, no cycles,
-    piece maps onto the words): a change that still spells a valid tree
-    cannot be told from the real one.
+    silently shifted tree later on.  Other values inside a data file of the
+    right length are checked when batches are made (heads in range, no
+    cycles): a change that still spells a valid tree cannot be told from the
+    real one.
     """
     bin_path = indexed_dataset.data_file_path(path)
     idx_path = indexed_dataset.index_file_path(path)
     if not (os.path.exists(bin_path) and os.path.exists(idx_path)):
         return None
-
-    def corrupt(what):
-        return StructureError(f"{what}; the tree files are truncated, corrupt or from two "
-                              f"different runs: {_REWRITE}")
-
-    # the index is its header, the sizes (int32) and the byte offsets (int64)
     with open(idx_path, "rb") as f:
         header = f.read(_INDEX_HEADER_BYTES)
     if (len(header) < _INDEX_HEADER_BYTES or not header.startswith(_INDEX_MAGIC)
             or struct.unpack("<Q", header[9:17]) != (1,)):
-        raise corrupt(f"{idx_path} does not start with the header of a fairseq mmap index")
+        raise _corrupt(f"{idx_path} does not start with the header of a fairseq mmap index")
+    dtype = indexed_dataset._code_to_dtype.get(header[17])
+    if dtype is None or not np.issubdtype(dtype, np.unsignedinteger):
+        raise _corrupt(f"{idx_path} declares values of type code {header[17]}, not an "
+                       f"unsigned integer type")
+    itemsize = np.dtype(dtype).itemsize
     (n,) = struct.unpack("<Q", header[-8:])
     if os.path.getsize(idx_path) != _INDEX_HEADER_BYTES + 12 * n:
-        raise corrupt(f"{idx_path} is {os.path.getsize(idx_path)} bytes long, not the "
-                      f"{_INDEX_HEADER_BYTES + 12 * n} of an index of {n} sentences")
-    try:
-        index = indexed_dataset.MMapIndexedDataset.Index(idx_path)
-        sizes = np.array(index.sizes, dtype=np.int64)
-        itemsize = np.dtype(index.dtype).itemsize
-        del index
-    except KeyError as err:  # dtype code
-        raise corrupt(f"{idx_path} is not a readable index ({type(err).__name__}: {err})") from None
-    offsets = np.fromfile(idx_path, dtype="<i8", count=n, offset=_INDEX_HEADER_BYTES + 4 * n)
-    if (sizes < 0).any() or not np.array_equal(offsets, (np.cumsum(sizes) - sizes) * itemsize):
-        raise corrupt(f"{idx_path}: the sentence sizes and byte offsets disagree")
-    if os.path.getsize(bin_path) != int(sizes.sum()) * itemsize:
-        raise corrupt(f"{bin_path} holds {os.path.getsize(bin_path)} bytes but its index "
-                      f"{idx_path} describes {n} sentences of {int(sizes.sum()) * itemsize}")
+        raise _corrupt(f"{idx_path} is {os.path.getsize(idx_path)} bytes long, not the "
+                       f"{_INDEX_HEADER_BYTES + 12 * n} of an index of {n} sentences")
+    sizes = np.memmap(idx_path, dtype="<i4", mode="r", offset=_INDEX_HEADER_BYTES, shape=(n,))
+    offsets = np.memmap(idx_path, dtype="<i8", mode="r", offset=_INDEX_HEADER_BYTES + 4 * n,
+                        shape=(n,))
+    total = 0
+    for start, end in blocks(n):
+        block = sizes[start:end].astype(np.int64)
+        ends = total + np.cumsum(block)
+        if (block < 0).any() or not np.array_equal(offsets[start:end], (ends - block) * itemsize):
+            raise _corrupt(f"{idx_path}: the sentence sizes and byte offsets disagree")
+        total = int(ends[-1])
+    if os.path.getsize(bin_path) != total * itemsize:
+        raise _corrupt(f"{bin_path} holds {os.path.getsize(bin_path)} bytes but its index "
+                       f"{idx_path} describes {n} sentences of {total * itemsize}")
+    if total:
+        data = np.memmap(bin_path, dtype=dtype, mode="r")
+        for start, end in blocks(n):
+            nonempty = start + np.flatnonzero(sizes[start:end] > 0)
+            bad = nonempty[data[offsets[nonempty] // itemsize] == 0]
+            if len(bad):
+                raise _corrupt(f"{bin_path}, sentence {bad[0]}: its first piece starts no "
+                               f"word ({len(bad)} such sentences in this block)")
+        del data
+    del sizes, offsets
     return indexed_dataset.MMapIndexedDataset(path)
 
 
-def check_words_match(prefix: str, heads, piece_words) -> None:
-    """Every sentence's piece map ends at the last word of its tree (the
-    files of one run belong together); vectorised over the whole split."""
-    if len(heads) != len(piece_words):
-        raise StructureError(
-            f"{prefix}.heads has {len(heads)} trees but {prefix}.piece2word has "
-            f"{len(piece_words)} piece maps; {_REWRITE}"
-        )
-    pieces = np.asarray(piece_words.sizes, dtype=np.int64)
-    words = np.asarray(heads.sizes, dtype=np.int64)
-    last_word = np.full(len(pieces), -1, dtype=np.int64)
-    if pieces.sum():  # the data file is exactly the concatenated maps (load_tree_file)
-        index = indexed_dataset.MMapIndexedDataset.Index(
-            indexed_dataset.index_file_path(f"{prefix}.piece2word"))
-        data = np.memmap(indexed_dataset.data_file_path(f"{prefix}.piece2word"),
-                         dtype=index.dtype, mode="r")
-        del index
-        last_word[pieces > 0] = data[np.cumsum(pieces)[pieces > 0] - 1]
-    refuse_mismatch(
-        last_word + 1 != words,
-        lambda i, count: f"{prefix}, sentence {i}: its tree has {words[i]} words but its "
-        f"{pieces[i]} pieces map onto {last_word[i] + 1} ({count} sentences differ); .heads "
-        f"and .piece2word do not belong together: {_REWRITE}",
-    )
-
-
-def refuse_mismatch(mismatch: np.ndarray, describe) -> None:
+def refuse_mismatch(mismatch: np.ndarray, describe, first: int = 0) -> None:
     """StructureError ``describe(i, count)`` naming the first sentence ``i``
-    of the ``count`` where ``mismatch`` is True."""
+    (counted from ``first``) of the ``count`` where ``mismatch`` is True."""
     bad = np.flatnonzero(mismatch)
     if len(bad):
-        raise StructureError(describe(int(bad[0]), len(bad)))
+        raise StructureError(describe(first + int(bad[0]), len(bad)))
 
 
 def load_trees(data_path, split, src, tgt, impl, combine, upsample_primary):
-    """The heads and piece->word datasets of ``split``; shards (``train1``, ...)
-    are concatenated as fairseq concatenates the text."""
-    parts = {name: [] for name in TREE_FILES}
+    """The tree dataset of ``split``; shards (``train1``, ...) are
+    concatenated as fairseq concatenates the text."""
+    parts = []
     for k in itertools.count():
         prefix = _tree_prefix(data_path, split + (str(k) if k > 0 else ""), src, tgt, impl)
         if prefix is None:
             break
-        for name in TREE_FILES:
-            dataset = load_tree_file(f"{prefix}.{name}")
-            if dataset is None:
-                raise FileNotFoundError(
-                    f"{prefix}.{name}.{{bin,idx}} is missing: --task translation_struct "
-                    f"needs the trees that fairseq-posattn-preprocess writes beside "
-                    f"the binarized source"
-                )
-            parts[name].append(dataset)
-        check_words_match(prefix, parts["heads"][-1], parts["piece2word"][-1])
+        dataset = load_tree_file(f"{prefix}.{TREES}")
+        if dataset is None:
+            if os.path.exists(indexed_dataset.index_file_path(f"{prefix}.{OLD_TREE_FILES[0]}")):
+                raise StructureError(
+                    f"{prefix}.{{{','.join(OLD_TREE_FILES)}}} are tree files of "
+                    f"fairseq_posattn before 0.2; this version reads one compact file "
+                    f"{prefix}.{TREES}.{{bin,idx}}: rewrite it with fairseq-posattn-preprocess "
+                    f"--trees-only and the options of the first run (the binarized text is "
+                    f"kept), then delete the old files")
+            raise FileNotFoundError(
+                f"{prefix}.{TREES}.{{bin,idx}} is missing: --task translation_struct needs "
+                f"the trees that fairseq-posattn-preprocess writes beside the binarized source"
+            )
+        parts.append(dataset)
         if not combine:
             break
-    if not parts["heads"]:
+    if not parts:
         raise FileNotFoundError(f"no binarized source for split '{split}' in {data_path}")
-    ratios = [upsample_primary] + [1] * (len(parts["heads"]) - 1)
-    return [p[0] if len(p) == 1 else ConcatDataset(p, ratios) for p in parts.values()]
+    ratios = [upsample_primary] + [1] * (len(parts) - 1)
+    return parts[0] if len(parts) == 1 else ConcatDataset(parts, ratios)

@@ -11,7 +11,8 @@ from .batch import batch_piece_structure, batch_trees_of_pieces
 from .conllu_io import read_conllu, write_conllu
 from .control_trees import CONTROL_TREES
 from ..errors import StructureError
-from .pieces import SCHEMES, SUBWORD_MODELS, piece_word_map, words_from_pieces
+from .pieces import (SCHEMES, SUBWORD_MODELS, decode_piece_tree, encode_piece_tree,
+                     piece_word_map, words_from_pieces)
 from .tree import (
     RULES,
     DependencyTree,
@@ -23,6 +24,6 @@ from .tree import (
 
 __all__ = [
     "CONTROL_TREES", "RULES", "SCHEMES", "SUBWORD_MODELS", "DependencyTree", "StructureError", "batch_piece_structure", "batch_trees_of_pieces",
-    "check_tree", "collapse_multiword_tokens", "piece_word_map", "read_conllu", "relative_structural_positions",
+    "check_tree", "collapse_multiword_tokens", "decode_piece_tree", "encode_piece_tree", "piece_word_map", "read_conllu", "relative_structural_positions",
     "tree_depths", "words_from_pieces", "write_conllu",
 ]

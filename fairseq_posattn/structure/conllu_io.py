@@ -7,10 +7,12 @@ writing goes through ``conllu``'s serializer.  Every problem is a
 1-based line and what to do.
 """
 
+import hashlib
+import io
 import os
 import re
 from dataclasses import dataclass, field
-from typing import IO, Dict, Iterable, Iterator, List, Optional, Tuple, Union
+from typing import IO, Dict, Iterable, Iterator, List, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
 from conllu.models import TokenList
@@ -34,6 +36,89 @@ _HINT_IDS = ("word IDs must run 1, 2, ..., n within a sentence (multiword ranges
              "just before word a); is the blank line between two sentences missing?")
 _HINT_REPARSE = ("the CoNLL-U must be the parse of exactly this tokenized text (pretokenized "
                  "input, one sentence per line): re-parse it or fix the text")
+
+
+class SentenceStart(NamedTuple):
+    """Where a sentence of a CoNLL-U file begins: the byte offset of its
+    first line, its 1-based sentence number and its 1-based line number."""
+
+    offset: int
+    sentence: int
+    line: int
+
+
+@dataclass
+class SentenceIndex:
+    """Every ``every``-th sentence start of a CoNLL-U file (sentences 1,
+    ``every`` + 1, ...), found in one pass over its bytes by
+    :func:`index_sentences`; part ``k`` holds sentences ``k * every + 1`` to
+    ``(k + 1) * every``.  Its memory is one tuple per part."""
+
+    path: str
+    every: int
+    starts: List[SentenceStart]
+    sentences: int
+    lines: int
+    size: int
+    sha256: str
+
+    def part_range(self, k: int) -> Tuple[SentenceStart, int]:
+        """(start, end offset) of part ``k``; the last part runs to the end
+        of the file, and a part past it is empty (at the end of the file)."""
+        if k >= len(self.starts):
+            return SentenceStart(self.size, self.sentences + 1, self.lines + 1), self.size
+        end = self.starts[k + 1].offset if k + 1 < len(self.starts) else self.size
+        return self.starts[k], end
+
+    def read_part(self, k: int, texts: Optional[Iterable[str]] = None,
+                  last: bool = False) -> Iterator[DependencyTree]:
+        """The trees of part ``k`` (checked against ``texts`` as by
+        :func:`read_conllu`); messages count sentences and lines from the
+        start of the file.  ``last``: read to the end of the file, so that
+        sentences beyond the text's last line are an error."""
+        start, end = self.part_range(k)
+        if last:
+            end = self.size
+        with open(self.path, "rb") as f:
+            f.seek(start.offset)
+            data = f.read(end - start.offset)
+        return read_conllu(io.BytesIO(data), texts=texts, source=self.path, start=start)
+
+
+def _is_blank(raw: bytes) -> bool:
+    """Whether a line ends a sentence, as :func:`read_conllu` decides it
+    (token lines hold tabs and comments start with '#', so only odd lines
+    need decoding)."""
+    if not raw.strip():
+        return True
+    if b"\t" in raw or raw.lstrip().startswith(b"#"):
+        return False
+    return not raw.decode("utf-8", "replace").strip()
+
+
+def index_sentences(path: str, every: int) -> SentenceIndex:
+    """One pass over a CoNLL-U file: its sentence count, sha256 and the start
+    of every ``every``-th sentence (sentences split as :func:`read_conllu`
+    splits them), in constant memory per part."""
+    if every < 1:
+        raise ValueError("every must be >= 1")
+    digest = hashlib.sha256()
+    starts: List[SentenceStart] = []
+    sentences, offset, in_sentence, lineno = 0, 0, False, 0
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            digest.update(raw)
+            line = raw[3:] if lineno == 1 and raw.startswith(b"\xef\xbb\xbf") else raw
+            if _is_blank(line):
+                in_sentence = False
+            elif not in_sentence:
+                in_sentence = True
+                if sentences % every == 0:
+                    starts.append(SentenceStart(offset, sentences + 1, lineno))
+                sentences += 1
+            offset += len(raw)
+    return SentenceIndex(path=path, every=every, starts=starts, sentences=sentences,
+                         lines=lineno, size=offset, sha256=digest.hexdigest())
 
 
 @dataclass
@@ -71,7 +156,8 @@ def _open(path_or_file: PathOrFile, mode: str, source: Optional[str]):
 
 
 def read_conllu(path_or_file: PathOrFile, texts: Optional[Iterable[str]] = None,
-                source: Optional[str] = None) -> Iterator[DependencyTree]:
+                source: Optional[str] = None, start: Optional[SentenceStart] = None
+                ) -> Iterator[DependencyTree]:
     """Yield the dependency trees of a CoNLL-U file (a path or a text file).
 
     Comments keep ``# sent_id`` and ``# text``; a blank line ends a sentence
@@ -96,13 +182,18 @@ def read_conllu(path_or_file: PathOrFile, texts: Optional[Iterable[str]] = None,
     sentence, mismatch with ``texts``) raises :class:`StructureError` naming
     the file (``source``, else the path, else the file object's name), the
     1-based sentence number, the line and what to do.  Trees come out lazily.
+
+    ``start``: the file (object) is a part of a larger file that begins at
+    this sentence and line (see :func:`index_sentences`), so that messages
+    and ``tree.index`` count from the start of the whole file.
     """
     handle, close, name = _open(path_or_file, "r", source)
     text_lines = iter(texts) if texts is not None else None
+    start = start or SentenceStart(0, 1, 1)
     try:
-        block = _Block(number=1)
-        lineno = 0
-        for lineno, raw in enumerate(_decoded_lines(handle, name), 1):
+        block = _Block(number=start.sentence)
+        lineno = start.line - 1
+        for lineno, raw in enumerate(_decoded_lines(handle, name, start.line), start.line):
             line = raw.rstrip("\r\n")
             if lineno == 1:
                 line = line.lstrip("\ufeff")
@@ -118,17 +209,18 @@ def read_conllu(path_or_file: PathOrFile, texts: Optional[Iterable[str]] = None,
             yield _finish(block, name, text_lines)
             block = _Block(number=block.number + 1)
         if text_lines is not None and next(text_lines, None) is not None:
-            raise fail("the file ends after %d sentences but the text has more lines"
-                       % (block.number - 1), _HINT_REPARSE, source=name, line=lineno or None)
+            raise fail("the file ends after %d sentences but the text has more lines (line "
+                       "%d of the text has no tree)" % (block.number - 1, block.number),
+                       _HINT_REPARSE, source=name, line=lineno or None)
     finally:
         if close:
             handle.close()
 
 
-def _decoded_lines(handle, name: Optional[str]) -> Iterator[str]:
-    lineno = 0
+def _decoded_lines(handle, name: Optional[str], first_line: int = 1) -> Iterator[str]:
+    lineno = first_line - 1
     try:
-        for lineno, raw in enumerate(handle, 1):
+        for lineno, raw in enumerate(handle, first_line):
             yield raw.decode("utf-8") if isinstance(raw, bytes) else raw
     except UnicodeDecodeError as exc:
         raise fail("the file is not valid UTF-8 (%s)" % exc, "convert it to UTF-8",

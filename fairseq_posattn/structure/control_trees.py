@@ -35,22 +35,36 @@ def random_projective_heads(n: int, rng: np.random.Generator) -> List[int]:
     """Heads (1-based, 0 = root) of a random projective tree over ``n`` words
     (see the module docstring for how it is drawn)."""
     _check_length(n)
+    uniform = _uniforms(rng, 2 * n)
     heads = [0] * n
     # spans [lo, hi) of 0-based words whose subtree hangs from `parent` (1-based; 0 = root)
     todo = [(0, n, 0)]
     while todo:
         lo, hi, parent = todo.pop()
-        head = int(rng.integers(lo, hi))
+        head = lo + int(uniform() * (hi - lo))
         heads[head] = parent
         for side_lo, side_hi in ((lo, head), (head + 1, hi)):
             start = side_lo
             for gap in range(side_lo + 1, side_hi):
-                if rng.random() < 0.5:
+                if uniform() < 0.5:
                     todo.append((start, gap, head + 1))
                     start = gap
             if start < side_hi:
                 todo.append((start, side_hi, head + 1))
     return heads
+
+
+def _uniforms(rng: np.random.Generator, block: int) -> Callable[[], float]:
+    """Uniform draws from [0, 1), taken from ``rng`` ``block`` at a time (one
+    numpy call per block instead of one per draw)."""
+    pool: List[float] = []
+
+    def draw() -> float:
+        if not pool:
+            pool.extend(reversed(rng.random(block).tolist()))
+        return pool.pop()
+
+    return draw
 
 
 CONTROL_TREES: Dict[str, Callable[[int, np.random.Generator], List[int]]] = {

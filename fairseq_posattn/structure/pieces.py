@@ -86,3 +86,33 @@ def piece_word_map(pieces: Sequence[str], scheme: str, where: str = "") -> np.nd
     """The 0-based word of each piece (int64): it starts at 0 and grows by 0
     or 1 from piece to piece, as :func:`batch_piece_structure` expects."""
     return np.asarray(_segment(pieces, scheme, where)[0], dtype=np.int64)
+
+
+def encode_piece_tree(heads: Sequence[int], piece_words: Sequence[int]) -> np.ndarray:
+    """A sentence's tree over its pieces as one value per piece (int64): at
+    the first piece of word w, ``heads[w] + 1`` (heads are 1-based, 0 = root,
+    so the value is at least 1); at every other piece, 0.  ``piece_words``
+    must start at 0 and grow by 0 or 1 to the last word (as
+    :func:`piece_word_map` gives it).  :func:`decode_piece_tree` inverts it."""
+    heads = np.asarray(heads, dtype=np.int64)
+    piece_words = np.asarray(piece_words, dtype=np.int64)
+    steps = np.diff(piece_words, prepend=-1)
+    starts = steps == 1
+    if (((steps != 0) & ~starts).any() or (len(steps) and steps[0] != 1)
+            or starts.sum() != len(heads)):
+        raise fail("the piece map %s does not cover the %d words of the tree in order"
+                   % (piece_words.tolist()[:20], len(heads)),
+                   "map every piece to its word: 0, 0, 1, 2, 2, ...")
+    values = np.zeros(len(piece_words), dtype=np.int64)
+    values[starts] = heads + 1
+    return values
+
+
+def decode_piece_tree(values: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """(heads, piece_words) of :func:`encode_piece_tree`'s ``values`` (int64);
+    a sentence whose first piece starts no word raises :class:`StructureError`."""
+    values = np.asarray(values, dtype=np.int64)
+    starts = values != 0
+    if len(values) and not starts[0]:
+        raise fail("the first piece starts no word", "the tree data is corrupt")
+    return values[starts] - 1, np.cumsum(starts) - 1

@@ -2,7 +2,7 @@
 
 Training and ``fairseq-generate`` read the trees that
 ``fairseq-posattn-preprocess`` wrote beside the binarized source
-(``{split}.{src}-{tgt}.{src}.heads`` and ``.piece2word``);
+(``{split}.{src}-{tgt}.{src}.trees``);
 ``fairseq-interactive``, whose batches hold only the subword pieces of each
 input line, rebuilds the words, parses them with ``--parser`` and projects
 the trees back onto the pieces (:meth:`TranslationStructTask.inference_step`).  Either way the encoder receives ``src_depths`` and
@@ -22,7 +22,7 @@ from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
 from ..data.parsers import PARSER_HELP, PARSERS, build_parser
 from ..data.tree_dataset import TreeLanguagePairDataset
-from ..data.tree_files import load_trees, refuse_mismatch
+from ..data.tree_files import blocks, load_trees, refuse_mismatch
 from ..structure import SCHEMES, StructureError, batch_trees_of_pieces
 
 logger = logging.getLogger(__name__)
@@ -83,33 +83,36 @@ class TranslationStructTask(TranslationTask):
         if split != self.cfg.train_subset:
             paths = paths[:1]
         data_path = paths[(epoch - 1) % len(paths)]
-        heads, piece_words = load_trees(
+        trees = load_trees(
             data_path, split, self.cfg.source_lang, self.cfg.target_lang,
             self.cfg.dataset_impl, combine, self.cfg.upsample_primary,
         )
-        self._check_sizes(split, pairs, heads, piece_words)
+        self._check_sizes(split, pairs, trees)
         self.datasets[split] = TreeLanguagePairDataset(
-            pairs, heads, piece_words, rule=self.cfg.structural_relative_rule, name=split
+            pairs, trees, rule=self.cfg.structural_relative_rule, name=split
         )
 
-    def _check_sizes(self, split, pairs, heads, piece_words):
-        """Every sentence has a tree and as many pieces as the binarized source."""
-        if not len(heads) == len(piece_words) == len(pairs):
+    def _check_sizes(self, split, pairs, trees):
+        """Every sentence has a tree over as many pieces as the binarized
+        source (checked block by block: memory does not grow with the corpus)."""
+        if len(trees) != len(pairs):
             raise StructureError(
-                f"split '{split}': {len(pairs)} source sentences but {len(heads)} trees "
-                f"and {len(piece_words)} piece maps; rerun fairseq-posattn-preprocess"
+                f"split '{split}': {len(pairs)} source sentences but {len(trees)} trees; "
+                f"rerun fairseq-posattn-preprocess"
             )
-        pieces = np.asarray(piece_words.sizes, dtype=np.int64)
-        if self.cfg.truncate_source:
-            pieces = np.minimum(pieces, self.cfg.max_source_positions - 1)
-        expected = pieces + 1  # EOS
-        refuse_mismatch(
-            expected != np.asarray(pairs.src_sizes),
-            lambda i, count: f"split '{split}', sentence {i}: the binarized source has "
-            f"{int(pairs.src_sizes[i]) - 1} tokens before EOS but its tree data has "
-            f"{int(piece_words.sizes[i])} pieces ({count} sentences differ); "
-            f"the trees do not belong to this text, rerun fairseq-posattn-preprocess",
-        )
+        for start, end in blocks(len(trees)):
+            pieces = np.asarray(trees.sizes[start:end], dtype=np.int64)
+            if self.cfg.truncate_source:
+                pieces = np.minimum(pieces, self.cfg.max_source_positions - 1)
+            source = np.asarray(pairs.src_sizes[start:end])
+            refuse_mismatch(
+                pieces + 1 != source,  # EOS
+                lambda i, count: f"split '{split}', sentence {i}: the binarized source has "
+                f"{int(pairs.src_sizes[i]) - 1} tokens before EOS but its tree has "
+                f"{int(trees.sizes[i])} pieces ({count} sentences in this block differ); "
+                f"the trees do not belong to this text, rerun fairseq-posattn-preprocess",
+                first=start,
+            )
 
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
         """Decode; batches without trees (fairseq-interactive builds its own
