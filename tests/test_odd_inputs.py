@@ -87,7 +87,7 @@ def odd_checkpoint(odd_bin, tmp_path_factory):
 def test_one_word_and_deep_long_sentences_are_batched_exactly(odd_bin, odd_corpus):
     """The collated structure of the 130-word chain: depths up to 129 and
     relative positions up to 259 (EOS seen from the deepest word), exactly,
-    in int64 (an 8-bit type would wrap at 127); the one-word tree is a root."""
+    in int16 (an 8-bit type would wrap at 127); the one-word tree is a root."""
     from fairseq import options, tasks
 
     args = options.parse_args_and_arch(options.get_training_parser(), [
@@ -100,7 +100,9 @@ def test_one_word_and_deep_long_sentences_are_batched_exactly(odd_bin, odd_corpu
     batch = dataset.collater([dataset[hello], dataset[long]])
     net = batch["net_input"]
     rows = {sentence: row for row, sentence in enumerate(batch["id"].tolist())}
-    assert net["src_depths"].dtype == net["src_structural_positions"].dtype == torch.int64
+    # 130 words: depths up to 130 and relative positions up to 259 need int16
+    assert (net["src_depths"].dtype, net["src_structural_positions"].dtype) == (torch.int16,
+                                                                             torch.int16)
     depth = net["src_depths"][rows[long]]
     assert depth.tolist() == list(range(LONG - 1, -1, -1)) + [LONG]  # EOS: max depth + 1
     rel = net["src_structural_positions"][rows[long]]

@@ -13,9 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fairseq_posattn.structure import (
-    StructureError, batch_piece_structure, batch_trees_of_pieces, check_tree, piece_word_map,
+    StructureError, batch_encoded_structure, batch_piece_structure, batch_trees_of_pieces,
+    check_tree, decode_piece_tree, encode_piece_tree, piece_word_map,
     relative_structural_positions, tree_depths, words_from_pieces,
 )
+from fairseq_posattn.structure.batch import smallest_int_type
 
 STRUCTURE_DIR = Path(__file__).resolve().parents[1] / "fairseq_posattn" / "structure"
 FAST = settings(max_examples=60, deadline=None)
@@ -247,13 +249,48 @@ def test_segmentations_map_back_to_their_words(segmented, first_marked):
         assert piece_word_map(pieces, scheme).tolist() == mapping
 
 
+@FAST
+@given(st.lists(st.integers(1, 3), max_size=12), st.data())
+def test_encoded_trees_decode_to_their_heads_and_piece_maps(pieces_per_word, data):
+    n = len(pieces_per_word)
+    heads = data.draw(st.lists(st.integers(0, n), min_size=n, max_size=n))
+    piece_words = np.repeat(np.arange(n), pieces_per_word)
+    values = encode_piece_tree(heads, piece_words)
+    assert len(values) == len(piece_words)
+    assert [v for v in values if v] == [h + 1 for h in heads]  # naive: a word's first piece
+    decoded_heads, decoded_words = decode_piece_tree(values)
+    assert decoded_heads.tolist() == heads and decoded_words.tolist() == piece_words.tolist()
+
+
+@pytest.mark.parametrize("heads, piece_words", [
+    ([0, 1], [0, 2]), ([0, 1], [1, 1]), ([0, 1], [0, 1, 0]), ([0, 1], [0]), ([0], []),
+])
+def test_encoding_refuses_piece_maps_that_miss_words(heads, piece_words):
+    with pytest.raises(StructureError, match="does not cover"):
+        encode_piece_tree(heads, piece_words)
+
+
+def test_decoding_refuses_a_first_piece_that_starts_no_word():
+    with pytest.raises(StructureError, match="starts no word"):
+        decode_piece_tree(np.array([0, 1]))
+
+
 # ---------------------------------------------------------------- batches
 
 def _assert_batch_matches_reference(batch, rule, append_eos, max_pieces):
     heads = [h for h, _ in batch]
     words = [w for _, w in batch]
     depth, rel, lengths = batch_piece_structure(heads, words, rule, append_eos, max_pieces)
-    assert depth.dtype == rel.dtype == lengths.dtype == torch.int64
+    # the smallest types that hold them: |rel| <= 2 W, depth <= W (W words at most)
+    most_words = max(len(h) for h in heads)
+    assert rel.dtype == TORCH_TYPE[smallest_int_type(2 * most_words)]
+    assert depth.dtype == TORCH_TYPE[smallest_int_type(most_words)]
+    assert lengths.dtype == torch.int64
+    # the same from the encoded trees of the tree files
+    encoded = [encode_piece_tree(h, w) for h, w in batch]
+    for ours, theirs in zip((depth, rel, lengths),
+                            batch_encoded_structure(encoded, rule, append_eos, max_pieces)):
+        assert ours.dtype == theirs.dtype and torch.equal(ours, theirs)
     L = depth.shape[1]
     assert rel.shape == (len(batch), L, L)
     assert L == (int(lengths.max()) if len(batch) else 0)
@@ -344,6 +381,25 @@ def test_batch_rejects_inconsistent_input(heads, pieces, needle):
     with pytest.raises(StructureError, match=needle):
         batch_piece_structure([np.asarray(h, dtype=np.int64) for h in heads],
                               [np.asarray(p, dtype=np.int64) for p in pieces])
+
+
+TORCH_TYPE = {np.dtype(np.int8): torch.int8, np.dtype(np.int16): torch.int16,
+              np.dtype(np.int32): torch.int32, np.dtype(np.int64): torch.int64}
+
+
+def test_smallest_int_type():
+    assert [smallest_int_type(n) for n in (0, 127, 128, 32767, 32768, 2**31)] == [
+        np.int8, np.int8, np.int16, np.int16, np.int32, np.int64]
+
+
+@pytest.mark.parametrize("trees, needle", [
+    ([[1], [0, 2]], "batch sentence 1: its first piece starts no word"),
+    ([[1], [3, 0, 9]], "batch sentence 1: a HEAD is out of range 0..2"),
+    ([[2, 1]], "batch sentence 0: word 1 is its own head"),
+])
+def test_encoded_batch_rejects_corrupt_trees(trees, needle):
+    with pytest.raises(StructureError, match=needle):
+        batch_encoded_structure([np.asarray(t, dtype=np.int64) for t in trees])
 
 
 def test_batch_usage_errors():

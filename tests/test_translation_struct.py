@@ -163,7 +163,7 @@ def test_batches_carry_trees_laid_out_like_the_tokens(struct_bin, bpe_dir, left_
     seen = []
     for batch in batches:
         net = batch["net_input"]
-        assert net["src_depths"].dtype == torch.long
+        assert net["src_depths"].dtype == net["src_structural_positions"].dtype == torch.int8
         assert net["src_structural_positions"].shape == net["src_tokens"].shape + net["src_tokens"].shape[1:]
         for row, sentence in enumerate(batch["id"].tolist()):
             seen.append(sentence)

@@ -12,9 +12,11 @@ piece-level depths ``[B, T]`` and relative structural positions ``[B, T, T]``
 
 from typing import Sequence
 
+import numpy as np
 from fairseq.data import BaseWrapperDataset
 
-from ..structure import StructureError, batch_piece_structure, decode_piece_tree
+from ..structure import StructureError, batch_encoded_structure
+from .tree_files import refuse_mismatch
 
 
 class TreeLanguagePairDataset(BaseWrapperDataset):
@@ -36,12 +38,7 @@ class TreeLanguagePairDataset(BaseWrapperDataset):
 
     def __getitem__(self, index):
         item = self.dataset[index]
-        try:
-            heads, piece_words = decode_piece_tree(self.trees[index])
-        except StructureError as err:
-            raise StructureError(f"split '{self.name}', sentence {index}: {err}; rerun "
-                                 f"fairseq-posattn-preprocess") from None
-        item["heads"], item["piece_words"] = heads, piece_words
+        item["tree"] = np.asarray(self.trees[index])
         return item
 
     def collater(self, samples, pad_to_length=None):
@@ -49,23 +46,21 @@ class TreeLanguagePairDataset(BaseWrapperDataset):
         if len(samples) == 0 or "net_input" not in batch:
             return batch
         net_input = batch["net_input"]
-        by_id = {sample["id"]: sample for sample in samples}
+        by_id = {sample["id"]: sample["tree"] for sample in samples}
         ids = batch["id"].tolist()
-        kept = (net_input["src_lengths"] - 1).tolist()  # the source ends with EOS
+        trees = [by_id[i] for i in ids]
+        kept = (net_input["src_lengths"] - 1).numpy()  # the source ends with EOS
         # --truncate-source keeps the same prefix length of every long sentence
-        max_pieces = max(kept)
-        for sentence, pieces in zip(ids, kept):
-            available = len(by_id[sentence]["piece_words"])
-            if pieces != min(available, max_pieces):
-                raise StructureError(
-                    f"split '{self.name}', sentence {sentence}: {pieces} source tokens "
-                    f"before EOS but {available} pieces in its tree data; the tree data "
-                    f"does not belong to this text, rerun fairseq-posattn-preprocess"
-                )
+        max_pieces = int(kept.max())
+        available = np.fromiter(map(len, trees), dtype=np.int64, count=len(trees))
+        refuse_mismatch(
+            kept != np.minimum(available, max_pieces),
+            lambda b, count: f"split '{self.name}', sentence {ids[b]}: {kept[b]} source tokens "
+            f"before EOS but {available[b]} pieces in its tree data; the tree data does not "
+            f"belong to this text, rerun fairseq-posattn-preprocess")
         try:
-            depths, relative, _ = batch_piece_structure(
-                [by_id[i]["heads"] for i in ids],
-                [by_id[i]["piece_words"] for i in ids],
+            depths, relative, _ = batch_encoded_structure(
+                trees,
                 rule=self.rule,
                 append_eos=True,
                 max_pieces=max_pieces,

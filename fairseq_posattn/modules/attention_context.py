@@ -7,7 +7,7 @@ position ``j``, so position tables (Dufter's P, R, conv1d channels) are plain
 slices and never shifted by fairseq's left padding.
 """
 
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -56,8 +56,9 @@ class AttentionContext:
     Args:
         length: T, the (right-padded) sequence length.
         device: where derived position tensors are built.
-        relative_positions: named ``[B or 1, T, T]`` integer tensors of
-            key-minus-query positions; ``"sequential"`` is derived on demand.
+        relative_positions: named ``[B or 1, T, T]`` integer tensors (any
+            integer type: the batches carry the smallest) of key-minus-query
+            positions; ``"sequential"`` is derived on demand.
     """
 
     def __init__(
@@ -69,6 +70,7 @@ class AttentionContext:
         self.length = length
         self.device = device
         self._relative_positions = dict(relative_positions or {})
+        self._buckets: Dict[Tuple[str, int], Tensor] = {}
 
     def relative_positions(self, name: str) -> Tensor:
         if name not in self._relative_positions:
@@ -81,6 +83,16 @@ class AttentionContext:
                 self.length, self.device
             )
         return self._relative_positions[name]
+
+    def buckets(self, name: str, clip: int) -> Tensor:
+        """Rows ``0..2*clip`` of a relative-position table for the named
+        positions clipped to ``-clip..clip`` (int64, as ``gather`` wants);
+        made once per forward pass, for every layer and term with that clip."""
+        key = (name, clip)
+        if key not in self._buckets:
+            positions = self.relative_positions(name)
+            self._buckets[key] = positions.long().clamp(-clip, clip) + clip
+        return self._buckets[key]
 
 
 def reachable_distance(context: "AttentionContext", name: str, clip: int) -> int:

@@ -22,17 +22,12 @@ from torch import Tensor, nn
 from .attention_context import AttentionContext, reachable_distance
 
 
-def relative_buckets(relative_positions: Tensor, clip: int) -> Tensor:
-    """Map key-minus-query positions to table rows ``0..2*clip``."""
-    return relative_positions.clamp(-clip, clip) + clip
-
-
 def reachable_rows(table: Tensor, clip: int, context: AttentionContext, positions: str):
     """The rows of a ``2*clip+1``-row table (last-but-one axis) this batch can
     reach, and the buckets into them."""
     reach = reachable_distance(context, positions, clip)
     rows = table.narrow(-2, clip - reach, 2 * reach + 1)
-    return rows, relative_buckets(context.relative_positions(positions), reach)
+    return rows, context.buckets(positions, reach)
 
 
 def relative_scores(queries: Tensor, table: Tensor, buckets: Tensor) -> Tensor:

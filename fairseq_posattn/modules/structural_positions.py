@@ -27,8 +27,9 @@ class DepthEmbedding(nn.Module):
         self.register_buffer("table", table, persistent=False)
 
     def forward(self, depths: Tensor) -> Tensor:
-        """``depths``: ``[B, T]`` integers -> ``[B, T, C]``; deeper than the table clamps."""
-        return self.table[depths.clamp(0, self.table.size(0) - 1)]
+        """``depths``: ``[B, T]`` integers (any integer type) -> ``[B, T, C]``;
+        deeper than the table clamps."""
+        return self.table[depths.long().clamp(0, self.table.size(0) - 1)]
 
 
 class PositionFusion(nn.Module):

@@ -7,7 +7,7 @@ piece-level structure the data collater needs.
 Depends on numpy, torch and ``conllu`` only (not on fairseq).
 """
 
-from .batch import batch_piece_structure, batch_trees_of_pieces
+from .batch import batch_encoded_structure, batch_piece_structure, batch_trees_of_pieces
 from .conllu_io import read_conllu, write_conllu
 from .control_trees import CONTROL_TREES
 from ..errors import StructureError
@@ -23,7 +23,7 @@ from .tree import (
 )
 
 __all__ = [
-    "CONTROL_TREES", "RULES", "SCHEMES", "SUBWORD_MODELS", "DependencyTree", "StructureError", "batch_piece_structure", "batch_trees_of_pieces",
+    "CONTROL_TREES", "RULES", "SCHEMES", "SUBWORD_MODELS", "DependencyTree", "StructureError", "batch_encoded_structure", "batch_piece_structure", "batch_trees_of_pieces",
     "check_tree", "collapse_multiword_tokens", "decode_piece_tree", "encode_piece_tree", "piece_word_map", "read_conllu", "relative_structural_positions",
     "tree_depths", "words_from_pieces", "write_conllu",
 ]

@@ -37,10 +37,9 @@ def _ragged(arrays: Sequence[np.ndarray], what: str) -> Tuple[np.ndarray, np.nda
     return lengths, flat, np.arange(len(flat)) - np.repeat(starts, lengths)
 
 
-def _check(n_words, flat_heads, word_pos, n_pieces, flat_pw, piece_pos) -> None:
-    """Fail on heads out of range, words that are their own head (the walk to
-    the root below would take them for roots) and piece maps that do not
-    cover the words."""
+def _check_heads(n_words, flat_heads, word_pos) -> None:
+    """Fail on heads out of range and words that are their own head (the walk
+    to the root below would take them for roots)."""
     sent_w = np.repeat(np.arange(len(n_words)), n_words)
     bad = np.flatnonzero((flat_heads < 0) | (flat_heads > n_words[sent_w]))
     if bad.size:
@@ -53,6 +52,10 @@ def _check(n_words, flat_heads, word_pos, n_pieces, flat_pw, piece_pos) -> None:
         raise fail("batch sentence %d: word %d is its own head (a cycle)"
                    % (b, word_pos[own[0]] + 1),
                    "every word must reach a root (HEAD 0) by following its heads")
+
+
+def _check_pieces(n_words, n_pieces, flat_pw, piece_pos) -> None:
+    """Fail on piece maps that do not cover the words in order."""
     sent_p = np.repeat(np.arange(len(n_pieces)), n_pieces)
     step = np.diff(flat_pw, prepend=-1)
     first = piece_pos == 0
@@ -86,9 +89,11 @@ def batch_piece_structure(heads: Sequence[np.ndarray], piece_words: Sequence[np.
     with depth (the whole tree's maximum depth) + 1 (0 for an empty sentence),
     related to every piece by rule 2, ``sign(k - q) * (d_k + d_q)``.
 
-    Returns int64 tensors ``depth [B, L]``, ``rel [B, L, L]``
-    (``rel[b, q, k]``: key k seen from query q, unclipped) and
-    ``lengths [B]``; padding is 0.  L is the longest sentence, or ``width``
+    Returns ``depth [B, L]`` and ``rel [B, L, L]`` (``rel[b, q, k]``: key k
+    seen from query q, unclipped) in the smallest signed integer type that
+    holds them (:func:`smallest_int_type`: int8 up to 63 words, so a batch
+    is an eighth of int64's bytes; the encoder widens them once per forward
+    pass), and int64 ``lengths [B]``; padding is 0.  L is the longest sentence, or ``width``
     if larger; sentences are right-padded, or left-padded with ``left_pad``
     (fairseq's layout of the source tokens).
     """
@@ -98,11 +103,46 @@ def batch_piece_structure(heads: Sequence[np.ndarray], piece_words: Sequence[np.
                          % (len(heads), len(piece_words)))
     if max_pieces is not None and max_pieces < 0:
         raise ValueError("max_pieces must be >= 0, got %d" % max_pieces)
-    B = len(heads)
     n_words, flat_heads, word_pos = _ragged(heads, "heads")
     n_pieces, flat_pw, piece_pos = _ragged(piece_words, "piece_words")
-    _check(n_words, flat_heads, word_pos, n_pieces, flat_pw, piece_pos)
+    _check_heads(n_words, flat_heads, word_pos)
+    _check_pieces(n_words, n_pieces, flat_pw, piece_pos)
+    return _structure(n_words, flat_heads, word_pos, n_pieces, flat_pw, piece_pos, rule,
+                      append_eos, max_pieces, left_pad, width)
 
+
+def batch_encoded_structure(trees: Sequence[np.ndarray], rule: str = "figure",
+                            append_eos: bool = True, max_pieces: Optional[int] = None,
+                            left_pad: bool = False, width: Optional[int] = None,
+                            ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`batch_piece_structure` of sentences whose trees are encoded by
+    :func:`~fairseq_posattn.structure.pieces.encode_piece_tree` (the tree
+    files' values), decoded for the whole batch at once."""
+    _check_rule(rule)
+    if max_pieces is not None and max_pieces < 0:
+        raise ValueError("max_pieces must be >= 0, got %d" % max_pieces)
+    n_pieces, flat, piece_pos = _ragged(trees, "trees")
+    begins = flat != 0
+    no_word = np.flatnonzero((piece_pos == 0) & ~begins)
+    if no_word.size:
+        b = int(np.searchsorted(np.cumsum(n_pieces), no_word[0], side="right"))
+        raise fail("batch sentence %d: its first piece starts no word" % b,
+                   "the tree data is corrupt")
+    B = len(trees)
+    n_words = np.bincount(np.repeat(np.arange(B), n_pieces)[begins], minlength=B)
+    words_before = np.cumsum(n_words) - n_words
+    flat_pw = np.cumsum(begins) - 1 - np.repeat(words_before, n_pieces)
+    flat_heads = flat[begins] - 1
+    word_pos = np.arange(len(flat_heads)) - np.repeat(words_before, n_words)
+    _check_heads(n_words, flat_heads, word_pos)
+    return _structure(n_words, flat_heads, word_pos, n_pieces, flat_pw, piece_pos, rule,
+                      append_eos, max_pieces, left_pad, width)
+
+
+def _structure(n_words, flat_heads, word_pos, n_pieces, flat_pw, piece_pos, rule, append_eos,
+               max_pieces, left_pad, width):
+    """The batch's structure from checked, concatenated heads and piece maps."""
+    B = len(n_words)
     # Word level, over W + 2 nodes per sentence: W is a virtual word for EOS
     # (its own root, after every word), W + 1 one for padding (zeroed).
     W = int(n_words.max()) if B else 0
@@ -136,18 +176,20 @@ def batch_piece_structure(heads: Sequence[np.ndarray], piece_words: Sequence[np.
     real[at_word] = True
     depth[:, W] = np.where(real.reshape(B, W2), depth, -1).max(1) + 1
 
-    # Eq. 6 between words, in a small integer type (the output is gathered
-    # from it); the sign is that of the word indices, which pieces share.
-    small = np.int16 if W < 16000 else np.int64
+    # Eq. 6 between words, in the output's type (|rel| <= d_k + d_q <= 2 W:
+    # EOS is at most W deep); the sign is that of the word indices, which
+    # pieces share.
+    small = smallest_int_type(2 * W)
     dq, dk = depth.astype(small)[:, :, None], depth.astype(small)[:, None, :]
     sign = np.sign(nodes[None, :] - nodes[:, None]).astype(small)
-    far = dk + dq
-    far *= sign
-    near = dk - dq
-    if rule == "figure":
-        np.abs(near, out=near)
-        near *= sign
-    rel_words = np.where(on_path, near, far)
+    rel_words = dk + dq  # words on different paths: sign(k - q) (d_k + d_q)
+    if rule == "figure":  # one path: sign(k - q) |d_k - d_q|
+        near = np.abs(dk - dq)
+        np.copyto(rel_words, near, where=on_path)
+        rel_words *= sign
+    else:  # one path: d_k - d_q
+        rel_words *= sign
+        np.copyto(rel_words, dk - dq, where=on_path)
     rel_words[:, W + 1, :] = 0
     rel_words[:, :, W + 1] = 0
     depth[:, W + 1] = 0
@@ -163,9 +205,18 @@ def batch_piece_structure(heads: Sequence[np.ndarray], piece_words: Sequence[np.
     word[sent_p, offset[sent_p] + piece_pos[keep]] = flat_pw[keep]
     if append_eos:
         word[np.arange(B), offset + kept] = W
-    rel = rel_words[rows[:, :, None], word[:, :, None], word[:, None, :]]
-    return (torch.from_numpy(np.take_along_axis(depth, word, 1)),
-            torch.from_numpy(rel).long(), torch.from_numpy(lengths))
+    at = (rows * W2 + word) * W2  # one flat index into rel_words per (b, q, k)
+    rel = rel_words.reshape(-1).take(at[:, :, None] + word[:, None, :])
+    depths = np.take_along_axis(depth, word, 1).astype(smallest_int_type(W))
+    return torch.from_numpy(depths), torch.from_numpy(rel), torch.from_numpy(lengths)
+
+
+def smallest_int_type(largest: int) -> np.dtype:
+    """The smallest signed integer type that holds ``-largest..largest``."""
+    for dtype in (np.int8, np.int16, np.int32):
+        if largest <= np.iinfo(dtype).max:
+            return np.dtype(dtype)
+    return np.dtype(np.int64)
 
 
 def batch_trees_of_pieces(pieces: Sequence[Sequence[str]], scheme: str,
