@@ -421,6 +421,48 @@ class RecordedCalls(torch.overrides.TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
+# encoder layers (of 3) that take the fused kernel: (training, inference)
+FUSED_LAYERS = {
+    ("transformer_posattn",): (3, 3),
+    ("transformer_posattn_temp",): (3, 3),
+    ("onlstm_san_transformer",): (3, 3),
+    ("transformer_posattn_p",): (2, 3),  # P in the first layer: trained there
+    ("transformer_posattn_pr",): (2, 3),
+    ("transformer_posattn", "--query-relative-positions"): (0, 3),  # score terms only
+    ("transformer_posattn", "--relative-positions", "--no-relative-values"): (0, 3),
+    ("transformer_posattn", "--relative-positions"): (0, 0),  # Shaw values: a value term
+    ("transformer_struct",): (0, 0),  # relative values
+    ("transformer_posattn_conv1d",): (0, 0),  # probability terms
+    ("transformer_posattn_conv2d",): (0, 0),
+}
+
+
+@pytest.mark.parametrize("flags", sorted(FUSED_LAYERS), ids=" ".join)
+def test_which_layers_take_the_fused_kernel(flags):
+    """Counted calls of scaled_dot_product_attention in one encoder pass, in
+    training and under no_grad in eval mode."""
+    from fairseq_posattn.bench.models import make_trees
+    from fairseq_posattn.models.from_flags import build_model_from_flags
+
+    _, model = build_model_from_flags(
+        ["--arch", flags[0], *flags[1:], "--encoder-layers", "3", "--decoder-layers", "1",
+         "--encoder-embed-dim", "16", "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim",
+         "16", "--decoder-ffn-embed-dim", "16", "--encoder-attention-heads", "2",
+         "--decoder-attention-heads", "2", "--max-source-positions", "64"], 50)
+    lengths = torch.tensor([6, 4])
+    tokens = torch.randint(4, 50, (2, 6))
+    tokens[1, :2] = 1  # left padding
+    tokens[:, -1] = 2
+    trees = make_trees(lengths, 6, seed=0) if flags[0] == "transformer_struct" else {}
+    counted = []
+    for training in (True, False):
+        model.train(training)
+        with torch.set_grad_enabled(training), RecordedCalls("scaled_dot_product_attention") as rec:
+            model.encoder(tokens, lengths, **trees)
+        counted.append(len(rec.calls))
+    assert tuple(counted) == FUSED_LAYERS[flags]
+
+
 HALF_CASES = [("module", torch.float16), ("module", torch.bfloat16), ("autocast", torch.bfloat16)]
 
 

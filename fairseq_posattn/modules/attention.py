@@ -188,13 +188,14 @@ class PositionAwareSelfAttention(nn.Module):
     def _can_fuse(self, bias: Optional[Tensor], need_weights: bool) -> bool:
         """The fused kernel serves when nothing needs the probabilities and no
         gradient must flow into the score bias (it would fall back to a slower
-        unfused kernel than the explicit path)."""
+        unfused kernel than the explicit path): always under ``no_grad``
+        (a slice of a parameter still says ``requires_grad`` there)."""
         return (
             self.fused
             and not need_weights
             and len(self.probability_terms) == 0
             and len(self.value_terms) == 0
-            and (bias is None or not bias.requires_grad)
+            and (bias is None or not torch.is_grad_enabled() or not bias.requires_grad)
         )
 
     def _dropout_active(self) -> bool:
