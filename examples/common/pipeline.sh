@@ -44,7 +44,7 @@ REPO="$(cd "$HERE/../.." && pwd)"
 case "$WORK" in /*) ;; *) WORK="$PWD/$WORK" ;; esac
 : "${FROM_STAGE:=0}" "${TO_STAGE:=8}"
 NPROC="$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)"
-: "${WORKERS:=$NPROC}"                  # processes for tokenization, BPE, binarization
+: "${WORKERS:=$NPROC}"                  # processes for tokenization, BPE, binarization, trees
 # text
 : "${AGGRESSIVE_DASHES:=1}"             # Moses -a: a-b -> a @-@ b
 : "${SEGMENT_LANG=}"                    # a language segmented instead of tokenized (zh)
@@ -366,7 +366,7 @@ add_trees() {
     say "fairseq-posattn-preprocess --trees-only ${control_flags[*]} -> $DATA_BIN (log: $DATA_BIN/trees.log)"
     run_logged "$DATA_BIN/trees.log" fairseq-posattn-preprocess --trees-only --source-lang "$SRC" \
         --target-lang "$TGT" "${PREFIX_FLAGS[@]}" --destdir "$DATA_BIN" --subword-scheme "$SCHEME" \
-        "${control_flags[@]}"
+        --workers "$WORKERS" "${control_flags[@]}"
     echo "$kind" >"$DATA_BIN/.trees"
 }
 
