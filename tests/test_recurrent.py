@@ -97,35 +97,84 @@ def test_onlstm_matches_reference_forward_and_gradients(bidirectional, chunk):
     assert (y_mod[pad] == 0).all() and (x_mod.grad[pad] == 0).all()
 
 
+def _packed_inputs(num_dir, batch_sizes, chunk, dim=D_MODEL, hidden=HIDDEN, dtype=torch.float64, scale=1.0, seed=1):
+    """Random ``_onlstm_forward`` arguments: packed inputs of ``sum(batch_sizes)`` rows."""
+    g = torch.Generator().manual_seed(seed)
+    gates = 4 * hidden + 2 * hidden // chunk
+    shapes = [(num_dir, sum(batch_sizes), dim), (num_dir, dim, gates), (num_dir, 1, gates), (num_dir, hidden, gates)]
+    return [(scale * torch.randn(s, generator=g, dtype=torch.float64)).to(dtype) for s in shapes]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("chunk", [1, 2])
 @pytest.mark.parametrize("num_dir", [1, 2])
-def test_onlstm_function_gradcheck(num_dir, chunk):
-    """The hand-written backward against finite differences (float64)."""
-    torch.manual_seed(1)
-    gates = 4 * HIDDEN + 2 * HIDDEN // chunk
-    xg = torch.randn(num_dir, 4, 3, gates, dtype=torch.float64, requires_grad=True)
-    w = (0.5 * torch.randn(num_dir, HIDDEN, gates, dtype=torch.float64)).requires_grad_()
-    assert torch.autograd.gradcheck(lambda a, b: _ONLSTMFunction.apply(a, b, HIDDEN, chunk, True), (xg, w))
+@pytest.mark.parametrize("batch_sizes", [[3, 3, 3, 3], [3, 3, 2, 1]])
+def test_onlstm_function_gradcheck(num_dir, chunk, batch_sizes, monkeypatch):
+    """The hand-written backward against finite differences (float64), with and without sentences ending early.
+
+    gradcheck differentiates one graph many times, but the backward writes the
+    gate gradients over the saved gates (a second backward is refused, see
+    below): here it gets a copy of them each time."""
+    backward = recurrent._onlstm_backward
+    monkeypatch.setattr(recurrent, "_onlstm_backward",
+                        lambda grad, w_hh, hs, acts, *rest: backward(grad, w_hh, hs, acts.clone(), *rest))
+    inputs = [t.requires_grad_() for t in _packed_inputs(num_dir, batch_sizes, chunk, scale=0.5)]
+    assert torch.autograd.gradcheck(
+        lambda *a: _ONLSTMFunction.apply(*a, batch_sizes, HIDDEN, chunk, True), inputs)
 
 
-def test_scripted_and_eager_loops_agree_and_no_grad_path():
-    torch.manual_seed(2)
-    xg = torch.randn(2, 6, 3, 4 * HIDDEN + 2 * HIDDEN)
-    w = 0.5 * torch.randn(2, HIDDEN, 4 * HIDDEN + 2 * HIDDEN)
-    scripted = recurrent._onlstm_forward(xg, w, HIDDEN, 1, True)
-    eager = recurrent._onlstm_forward_eager(xg, w, HIDDEN, 1, True)
+def test_scripted_and_eager_loops_agree():
+    batch_sizes = [3, 3, 2, 2, 1, 1]
+    inputs = _packed_inputs(2, batch_sizes, 1, dtype=torch.float32, seed=2)
+    scripted = recurrent._onlstm_forward(*inputs, batch_sizes, HIDDEN, 1, True)
+    eager = recurrent._onlstm_forward_eager(*[t.clone() for t in inputs], batch_sizes, HIDDEN, 1, True)
     for a, b in zip(scripted, eager):
         torch.testing.assert_close(a, b)
-    lean = recurrent._onlstm_forward(xg, w, HIDDEN, 1, False)
-    torch.testing.assert_close(lean[0], scripted[0])
-    assert lean[1].size(0) == 1  # nothing kept per step without grad
+    grad = torch.randn(scripted[0].shape)
+    hs, acts, cells = scripted
+    scripted = recurrent._onlstm_backward(grad, inputs[3], hs, acts.clone(), cells, batch_sizes, HIDDEN, 1)
+    eager = recurrent._onlstm_backward_eager(grad, inputs[3], hs, acts.clone(), cells, batch_sizes, HIDDEN, 1)
+    for a, b in zip(scripted, eager):
+        torch.testing.assert_close(a, b)
 
+
+def test_inference_path_keeps_nothing_and_equals_the_training_path():
+    """Without ``save`` the loop keeps no gates and one step of cell states,
+    and computes exactly the hidden states the saving loop computes."""
+    batch_sizes = [4, 4, 3, 1]
+    inputs = _packed_inputs(2, batch_sizes, 2, dtype=torch.float32, seed=3)
+    lean = recurrent._onlstm_forward(*[t.clone() for t in inputs], batch_sizes, HIDDEN, 2, False)
+    full = recurrent._onlstm_forward(*inputs, batch_sizes, HIDDEN, 2, True)
+    assert torch.equal(lean[0], full[0])
+    assert lean[1].numel() == 0 and lean[2].shape == (2, 4, HIDDEN)
+    assert full[1].shape == (2, sum(batch_sizes), 4 * HIDDEN + HIDDEN) and full[2].shape == (2, 12, HIDDEN)
+
+    # the layer: no_grad and eval give the training output; nothing is saved for a backward
+    layer = RecurrentLayer(D_MODEL, "onlstm", hidden_dim=HIDDEN, chunk_size=2)
+    x, lengths = _padded_batch([4, 3, 1, 4], D_MODEL, dtype=torch.float32)
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        with torch.no_grad():
+            y_nograd = layer(x, lengths)
+        assert saved == []
+        layer.requires_grad_(False)
+        y_frozen = layer(x, lengths)  # grad mode on, nothing requires grad
+        assert saved == [] and y_frozen.grad_fn is None
+        layer.requires_grad_(True)
+        y_train = layer(x, lengths)
+        assert len(saved) > 0
+    assert torch.equal(y_nograd, y_train.detach()) and torch.equal(y_frozen, y_nograd)
+
+
+def test_second_backward_through_the_layer_is_refused():
+    """The backward writes the gate gradients over the saved gates: a second
+    backward through the same graph must fail, not read them."""
     layer = RecurrentLayer(D_MODEL, "onlstm", hidden_dim=HIDDEN)
-    x, lengths = _padded_batch([4, 3], D_MODEL, dtype=torch.float32)
-    with torch.no_grad():
-        y_nograd = layer(x, lengths)
-    torch.testing.assert_close(y_nograd, layer(x, lengths))
+    x, lengths = _padded_batch([3, 2], D_MODEL, dtype=torch.float32)
+    y = layer(x.requires_grad_(), lengths).sum()
+    y.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.backward()
 
 
 def test_loop_is_scripted():
@@ -150,12 +199,12 @@ def test_cumax_monotone_in_unit_interval(dtype):
 
 def test_master_gates_in_the_loop_are_monotone():
     """The master gates the recurrence actually used (from the saved softmax probabilities)."""
-    torch.manual_seed(4)
     m = HIDDEN // 2
-    xg = 5 * torch.randn(2, 5, 3, 4 * HIDDEN + 2 * m)
-    _, _, _, probs, _ = recurrent._onlstm_forward(xg, torch.randn(2, HIDDEN, 4 * HIDDEN + 2 * m), HIDDEN, 2, True)
-    master = torch.cumsum(probs, -1)  # [T, D, B, 2, m]: master forget, cumax behind master input
-    assert probs.shape[-2:] == (2, m)
+    batch_sizes = [3, 3, 3, 2, 1]
+    _, acts, _ = recurrent._onlstm_forward(*_packed_inputs(2, batch_sizes, 2, dtype=torch.float32, scale=5.0, seed=4),
+                                           batch_sizes, HIDDEN, 2, True)
+    probs = acts[..., 4 * HIDDEN :].unflatten(-1, (2, m))
+    master = torch.cumsum(probs, -1)  # [D, N, 2, m]: master forget, cumax behind master input
     assert (master[..., 1:] >= master[..., :-1]).all()
     assert (master >= 0).all() and (master <= 1 + 1e-6).all()
     master_input = 1 - master[..., 1, :]
@@ -308,19 +357,23 @@ def test_onlstm_gates_cumax_and_cell_state_are_float32_under_half(dtype):
     """The scripted loop itself: with half inputs its matmuls give half, but
     the gates, cumax's softmax and the cell states are float32, and 40 steps
     with 64 master units (a cumsum of 64 probabilities per step) stay within
-    two roundings of float64; the backward takes the saved float32 states."""
+    two roundings of float64 run on the same half pre-activations (an
+    identity input projection); the backward takes the saved float32 states."""
     torch.manual_seed(11)
     hidden, steps = 64, 40
     gates = 4 * hidden + 2 * hidden
-    xg = (2 * torch.randn(2, steps, 3, gates)).to(dtype)
-    w = (0.3 * torch.randn(2, hidden, gates)).to(dtype)
-    hs, sigs, c_hats, probs, cells = recurrent._onlstm_forward(xg, w, hidden, 1, True)
+    batch_sizes = [3] * (steps - 10) + [2] * 10
+    pre_activations = (2 * torch.randn(2, sum(batch_sizes), gates)).to(dtype)
+    w_hh = (0.3 * torch.randn(2, hidden, gates)).to(dtype)
+    identity = torch.eye(gates, dtype=dtype).expand(2, gates, gates)
+    inputs = [pre_activations, identity, torch.zeros(2, 1, gates, dtype=dtype), w_hh]
+    hs, acts, cells = recurrent._onlstm_forward(*inputs, batch_sizes, hidden, 1, True)
     assert hs.dtype == dtype
-    assert {t.dtype for t in (sigs, c_hats, probs, cells)} == {torch.float32}
-    exact = recurrent._onlstm_forward_eager(xg.double(), w.double(), hidden, 1, True)
+    assert acts.dtype == cells.dtype == torch.float32
+    exact = recurrent._onlstm_forward_eager(*[t.double() for t in inputs], batch_sizes, hidden, 1, True)
     eps = torch.finfo(dtype).eps
-    for ours, reference in zip((hs, probs, cells), (exact[0], exact[3], exact[4])):
+    for ours, reference in zip((hs, acts[..., 4 * hidden :], cells), (exact[0], exact[1][..., 4 * hidden :], exact[2])):
         torch.testing.assert_close(ours.double(), reference, atol=2 * eps, rtol=2 * eps)
     grad_hs = torch.randn(hs.shape).to(dtype)
-    grad_xg, grad_w = recurrent._onlstm_backward(grad_hs, w, hs, sigs, c_hats, probs, cells, hidden, 1)
+    grad_xg, grad_w = recurrent._onlstm_backward(grad_hs, w_hh, hs, acts, cells, batch_sizes, hidden, 1)
     assert grad_xg.dtype == dtype and torch.isfinite(grad_xg).all() and torch.isfinite(grad_w).all()

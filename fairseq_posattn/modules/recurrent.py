@@ -29,30 +29,36 @@ size 1 (tested exactly):
   and for parity with ``nn.LSTM``.
 
 Padding: the layer takes RIGHT-padded ``[T, B, C]`` input plus ``lengths``
-and never lets a pad position influence a real one.  The forward direction
-runs over positions ``0..T-1`` (pads come after a sentence's tokens and so
-after everything that matters).  The backward direction reverses each
-sentence within its own length (gather index ``len_b - 1 - t`` for
-``t < len_b``, pads stay in place), runs the same forward recurrence and
-reverses back.  Output pad positions are exactly 0.  The LSTM cell feeds
-``nn.LSTM`` a ``PackedSequence`` (``enforce_sorted=False``).
+and never lets a pad position influence a real one.  The ON-LSTM runs on
+packed sequences: sentences sorted longest first, step ``t`` over the
+sentences longer than ``t`` only, so pads are not computed at all.  Its
+backward direction reverses each sentence within its own length (source
+position ``len_b - 1 - t``) in the gather that packs the input, and back in
+the gather that unpacks the output.  Output pad positions are exactly 0.
+The LSTM cell feeds ``nn.LSTM`` a ``PackedSequence`` (``enforce_sorted=False``).
 
 Weight init: uniform(-1/sqrt(hidden), 1/sqrt(hidden)) for every recurrent
 weight and bias, as ``nn.LSTM`` does; the projection is fairseq's Linear
 init (Xavier uniform, bias 0).
 
-Speed (ON-LSTM): the input projections of all time steps and both directions
-are one batched matmul before the loop; only the recurrence loops, in a
-``torch.jit.script`` function that does one ``baddbmm`` per step for both
-directions at once (per-direction recurrent weights ``[D, hidden, G]``).  The
+Speed (ON-LSTM): one gather packs the inputs of both directions, one
+batched matmul projects all of them; only the recurrence loops, in a
+``torch.jit.script`` function with one ``baddbmm`` per step for both
+directions (none at step 0, where ``h = 0``; recurrent weights
+``[D, hidden, G]``) and the gate arithmetic in as few ATen kernels as the
+equations allow (``f_hat = mf - w * (1 - f)`` as one ``addcmul``, ...).  The
 backward is hand-written (``_ONLSTMFunction``, also a scripted loop): one
-``bmm`` per step for the recurrent input, the recurrent weight gradient as a
-single matmul over all steps after the loop, gate gradients written in place
-into the gradient of the input projections.  Plain autograd through the
-scripted loop was 2.1-2.2x ``nn.LSTM``'s fused oneDNN time (per-step weight
-gradients, each accumulated; a zero-filled full-size gradient per indexed
-slice); this is about 1.8x (d=512, T=64, B=32, CPU; 1.5x the FLOPs plus the
-projection).  ``fairseq-posattn-bench-recurrent`` measures it.
+``baddbmm`` per step for the recurrent input plus the upstream gradient, the
+weight gradients as one matmul each over all steps.  Memory: the forward
+writes each step's activated gates over its own input projections and the
+backward writes the gate gradients over those -- one ``[D, N, G]`` buffer
+for the layer (a second backward through the same graph is therefore
+refused by autograd's in-place check); the backward recomputes the master
+gates' cumsum and ``tanh(c)`` rather than storing them.  Without grad
+(``torch.no_grad``, or nothing requiring grad) nothing is kept: each step's
+gates overwrite its own pre-activations, one step of cell state exists.
+The matmuls bound the rest: 1.5x an LSTM's gate FLOPs plus the projection.
+``fairseq-posattn-bench-recurrent`` measures it against ``nn.LSTM``.
 
 Half precision: the matmuls run in the model's dtype (half under autocast),
 the gate arithmetic and the cell state in float32 -- in particular cumax's
@@ -60,7 +66,7 @@ softmax and cumsum -- and the hidden state is cast back each step.
 """
 
 import math
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
@@ -94,117 +100,179 @@ def _expand_chunks(m: Tensor, chunk_size: int) -> Tensor:
 
 
 def _onlstm_forward(
-    xg: Tensor, w_hh: Tensor, hidden: int, chunk_size: int, save: bool
-) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """The ON-LSTM recurrence over all time steps, all directions at once.
+    xs: Tensor, w_ih: Tensor, bias: Tensor, w_hh: Tensor, batch_sizes: List[int],
+    hidden: int, chunk_size: int, save: bool,
+) -> Tuple[Tensor, Tensor, Tensor]:
+    """The ON-LSTM layer over packed sequences, all directions at once.
 
-    ``xg``: ``[D, T, B, G]`` input projections plus biases, gate columns laid
-    out ``[f, i, o, c_hat, master_f, master_i]`` (``G = 4*hidden + 2*hidden/chunk_size``);
-    ``w_hh``: ``[D, hidden, G]`` recurrent weights, dtype of ``xg``.
-    The matmuls run in that dtype, the gate arithmetic and the cell state in
-    at least float32 (so cumax's softmax and cumsum are float32 under half).
+    ``xs``: ``[D, N, C]`` inputs in packed order (time-major, sentences
+    sorted longest first: step ``t`` is ``batch_sizes[t]`` rows after the
+    rows of steps ``< t``, the first rows of step ``t - 1``'s; direction 1
+    already reversed within each sentence).  ``w_ih [D, C, G]``,
+    ``bias [D, 1, G]``, ``w_hh [D, hidden, G]``, gate columns laid out
+    ``[f, i, o, c_hat, master_f, master_i]`` (``G = 4*hidden + 2*hidden/chunk_size``),
+    all in one dtype, the one the matmuls run in; the gate arithmetic and
+    the cell state run in at least float32 (so cumax's softmax and cumsum
+    are float32 under half).  Pads are not computed at all.
 
-    Returns the hidden states ``[D, T, B, hidden]`` (dtype of ``xg``) and
-    what the backward needs, ``[T, D, B, ...]`` in the float32+ dtype:
-    sigmoid gates (f, i, o), c_hat, master-gate softmax probabilities
-    ``[.., 2, n_chunk]`` and cell states (when not ``save``, buffers of one
-    step, reused).
+    Returns the hidden states ``[D, N + 1, hidden]`` (dtype of ``xs``; row
+    ``N`` is zero, for the pads of the caller's gather) and, with ``save``,
+    the activated gates ``[D, N, G]`` (sigmoid f, i, o; tanh c_hat; the
+    master gates' softmax probabilities) and the cell states ``[D, N, hidden]``
+    for the backward, in the float32+ dtype; when the dtypes agree the gates
+    overwrite their own pre-activations (one ``[D, N, G]`` buffer).  Without
+    ``save`` (inference) nothing is kept: each step's gates overwrite that
+    step's pre-activations, the gates returned are empty and the cell states
+    are one step's.
     """
-    num_dir, seq_len, bsz, _ = xg.shape
+    num_dir, num_rows, _ = xs.shape
     n_chunk = hidden // chunk_size
-    acc = torch.promote_types(xg.dtype, torch.float32)
-    n_saved = seq_len if save else 1
-    out = torch.empty(num_dir, seq_len, bsz, hidden, dtype=xg.dtype, device=xg.device)
-    sigs = torch.empty(n_saved, num_dir, bsz, 3 * hidden, dtype=acc, device=xg.device)
-    c_hats = torch.empty(n_saved, num_dir, bsz, hidden, dtype=acc, device=xg.device)
-    probs = torch.empty(n_saved, num_dir, bsz, 2, n_chunk, dtype=acc, device=xg.device)
-    cells = torch.empty(n_saved, num_dir, bsz, hidden, dtype=acc, device=xg.device)
-    h = torch.zeros(num_dir, bsz, hidden, dtype=xg.dtype, device=xg.device)
-    c = torch.zeros(num_dir, bsz, hidden, dtype=acc, device=xg.device)
-    for t in range(seq_len):
-        k = t if save else 0
-        g = torch.baddbmm(xg[:, t], h, w_hh).to(acc)
-        sig = torch.sigmoid(g[:, :, : 3 * hidden], out=sigs[k])
-        c_hat = torch.tanh(g[:, :, 3 * hidden : 4 * hidden], out=c_hats[k])
-        p = torch.softmax(g[:, :, 4 * hidden :].reshape(num_dir, bsz, 2, n_chunk), dim=-1)
-        probs[k] = p
-        cm = torch.cumsum(p, dim=-1)
-        mf = _expand_chunks(cm[:, :, 0], chunk_size)
-        mi = _expand_chunks(1.0 - cm[:, :, 1], chunk_size)
-        w = mf * mi
-        f_hat = torch.addcmul(mf - w, sig[:, :, :hidden], w)
-        i_hat = torch.addcmul(mi - w, sig[:, :, hidden : 2 * hidden], w)
-        c = torch.addcmul(f_hat * c, i_hat, c_hat, out=cells[k])
-        h = torch.mul(sig[:, :, 2 * hidden :], torch.tanh(c), out=out[:, t])
-    return out, sigs, c_hats, probs, cells
+    acc = torch.promote_types(xs.dtype, torch.float32)
+    xg = torch.baddbmm(bias, xs, w_ih)  # all steps, all directions: one matmul
+    if not save:
+        acts = torch.empty(num_dir, 0, w_ih.size(2), dtype=acc, device=xs.device)
+    elif xg.dtype == acc:
+        acts = xg
+    else:
+        acts = torch.empty(xg.shape, dtype=acc, device=xs.device)
+    max_batch = batch_sizes[0] if len(batch_sizes) > 0 else 0
+    cells = torch.empty(num_dir, num_rows if save else max_batch, hidden, dtype=acc, device=xs.device)
+    out = torch.empty(num_dir, num_rows + 1, hidden, dtype=xs.dtype, device=xs.device)
+    out[:, num_rows] = 0.0
+    start = 0
+    prev = 0  # first row of the previous step
+    for t, n in enumerate(batch_sizes):
+        stop = start + n
+        if t == 0:  # h_{-1} = 0
+            g = xg[:, start:stop].to(acc)
+        else:
+            g = torch.baddbmm(xg[:, start:stop], out[:, prev : prev + n], w_hh).to(acc)
+        a = acts[:, start:stop] if save else g  # g itself is free to overwrite
+        sig = torch.sigmoid(g[:, :, : 3 * hidden], out=a[:, :, : 3 * hidden])  # f, i, o
+        c_hat = torch.tanh(g[:, :, 3 * hidden : 4 * hidden], out=a[:, :, 3 * hidden : 4 * hidden])
+        probs = torch.softmax(g[:, :, 4 * hidden :].view(num_dir, n, 2, n_chunk), -1)
+        if save:
+            a[:, :, 4 * hidden :].view(num_dir, n, 2, n_chunk).copy_(probs)
+        cm = torch.cumsum(probs, dim=-1)  # cumax (Hao et al. Eq. 7)
+        mf = _expand_chunks(cm[:, :, 0], chunk_size)  # Eq. 8
+        mi = _expand_chunks(torch.rsub(cm[:, :, 1], 1.0), chunk_size)  # Eq. 9
+        w = mf * mi  # Eq. 3
+        one_minus_fi = torch.rsub(sig[:, :, : 2 * hidden], 1.0)
+        f_hat = torch.addcmul(mf, w, one_minus_fi[:, :, :hidden], value=-1.0)  # Eq. 4: f*w + mf - w
+        i_hat = torch.addcmul(mi, w, one_minus_fi[:, :, hidden:], value=-1.0)  # Eq. 5: i*w + mi - w
+        if t == 0:
+            c_prev = torch.zeros_like(c_hat)
+        else:
+            c_prev = cells[:, prev : prev + n] if save else cells[:, :n]
+        c_new = cells[:, start:stop] if save else cells[:, :n]
+        torch.addcmul(f_hat * c_prev, i_hat, c_hat, out=c_new)  # Eq. 6
+        torch.mul(sig[:, :, 2 * hidden :], torch.tanh(c_new), out=out[:, start:stop])
+        prev = start
+        start = stop
+    return out, acts, cells
 
 
 def _onlstm_backward(
     grad_hs: Tensor,
     w_hh: Tensor,
     hs: Tensor,
-    sigs: Tensor,
-    c_hats: Tensor,
-    probs: Tensor,
+    acts: Tensor,
     cells: Tensor,
+    batch_sizes: List[int],
     hidden: int,
     chunk_size: int,
 ) -> Tuple[Tensor, Tensor]:
-    """Gradients of :func:`_onlstm_forward` w.r.t. ``xg`` and ``w_hh``.
+    """Gradients of :func:`_onlstm_forward` (with ``save``) w.r.t. its input projections ``[D, N, G]`` and ``w_hh``.
 
-    Back-propagation through time, one ``bmm`` per step for the recurrent
-    input; the weight gradient is one ``bmm`` over all steps after the loop.
+    Back-propagation through time (Hao et al. Eq. 3-9), one ``baddbmm`` per
+    step for the recurrent input plus the upstream gradient; the weight
+    gradient is one ``bmm`` over all steps after the loop.  The gate gradients overwrite ``acts`` step by step when the dtypes agree
+    (so a second backward through the same graph fails autograd's in-place
+    check instead of reading them).
     """
-    num_dir, seq_len, bsz, _ = hs.shape
+    num_dir, num_rows, _ = acts.shape
+    num_gates = w_hh.size(2)
     n_chunk = hidden // chunk_size
-    acc = sigs.dtype
-    w_t = w_hh.transpose(1, 2).contiguous()  # [D, G, hidden]: ~35% faster per-step bmm than the strided view
-    grad_xg = torch.empty(num_dir, seq_len, bsz, w_hh.size(2), dtype=hs.dtype, device=hs.device)
-    zeros = torch.zeros(num_dir, bsz, hidden, dtype=acc, device=hs.device)
-    dh_rec = zeros
-    dc = zeros
-    for t in range(seq_len - 1, -1, -1):
-        sig = sigs[t]
-        f = sig[:, :, :hidden]
-        i = sig[:, :, hidden : 2 * hidden]
+    acc = acts.dtype
+    # [D, G, hidden] contiguous: the per-step bmm is ~35% faster than with the
+    # strided view, and 2-D transposed copies take ATen's blocked path
+    w_t = torch.empty(num_dir, num_gates, hidden, dtype=w_hh.dtype, device=w_hh.device)
+    for d in range(num_dir):
+        w_t[d].copy_(w_hh[d].t())
+    grad_xg = acts if acts.dtype == hs.dtype else torch.empty(acts.shape, dtype=hs.dtype, device=hs.device)
+    starts: List[int] = []
+    start = 0
+    for n in batch_sizes:
+        starts.append(start)
+        start += n
+    steps = len(batch_sizes)
+    n = batch_sizes[steps - 1] if steps > 0 else 0
+    dc = torch.zeros(num_dir, n, hidden, dtype=acc, device=hs.device)
+    dh = grad_hs[:, num_rows - n : num_rows].to(acc)
+    for t in range(steps - 1, -1, -1):
+        start = starts[t]
+        stop = start + n
+        a = acts[:, start:stop]
+        sig = a[:, :, : 3 * hidden]  # f, i, o
         o = sig[:, :, 2 * hidden :]
-        c_hat = c_hats[t]
-        p = probs[t]
-        c_prev = cells[t - 1] if t > 0 else zeros
-        cm = torch.cumsum(p, dim=-1)
+        c_hat = a[:, :, 3 * hidden : 4 * hidden]
+        probs = a[:, :, 4 * hidden :].view(num_dir, n, 2, n_chunk)
+        cm = torch.cumsum(probs, dim=-1)
         mf = _expand_chunks(cm[:, :, 0], chunk_size)
-        mi = _expand_chunks(1.0 - cm[:, :, 1], chunk_size)
+        mi = _expand_chunks(torch.rsub(cm[:, :, 1], 1.0), chunk_size)
         w = mf * mi
-        tc = torch.tanh(cells[t])
-        dg = grad_xg[:, t]  # [D, B, G], written in place gate by gate
-        sd = sig * (1.0 - sig)
-
-        dh = grad_hs[:, t].to(acc) + dh_rec
-        dc = torch.addcmul(dc, dh, o * (1.0 - tc * tc))
-        torch.mul(dh * tc, sd[:, :, 2 * hidden :], out=dg[:, :, 2 * hidden : 3 * hidden])  # o
-        df_hat = dc * c_prev
-        di_hat = dc * c_hat
-        torch.mul(df_hat * w, sd[:, :, :hidden], out=dg[:, :, :hidden])  # f
-        torch.mul(di_hat * w, sd[:, :, hidden : 2 * hidden], out=dg[:, :, hidden : 2 * hidden])  # i
-        i_hat = torch.addcmul(mi - w, i, w)
-        torch.mul(dc * i_hat, 1.0 - c_hat * c_hat, out=dg[:, :, 3 * hidden : 4 * hidden])  # c_hat
-        # f_hat = f*w + mf - w, i_hat = i*w + mi - w, w = mf*mi
-        dw = df_hat * (f - 1.0) + di_hat * (i - 1.0)
-        dmf = torch.addcmul(df_hat, dw, mi)
-        dmi = torch.addcmul(di_hat, dw, mf)
-        dcm = torch.stack([dmf, -dmi], dim=2)  # [D, B, 2, hidden]; cm_i enters as 1 - cm_i
+        one_minus_sig = torch.rsub(sig, 1.0)
+        sig_grad = sig * one_minus_sig  # sigmoid' of f, i, o
+        nf = one_minus_sig[:, :, :hidden]
+        ni = one_minus_sig[:, :, hidden : 2 * hidden]
+        tc = torch.tanh(cells[:, start:stop])
+        # h = o * tanh(c);  c = f_hat * c_prev + i_hat * c_hat (Eq. 6)
+        dc = torch.addcmul(dc, dh * o, torch.rsub(tc * tc, 1.0))
+        d_i_hat = dc * c_hat
+        # f_hat = mf - w*(1-f), i_hat = mi - w*(1-i) (Eq. 4, 5), w = mf*mi (Eq. 3)
+        f_hat = torch.addcmul(mf, w, nf, value=-1.0)
+        i_hat = torch.addcmul(mi, w, ni, value=-1.0)
+        c_prev = cells[:, starts[t - 1] : starts[t - 1] + n] if t > 0 else torch.zeros_like(dc)
+        d_f_hat = dc * c_prev
+        neg_dw = torch.addcmul(d_f_hat * nf, d_i_hat, ni)  # -dL/dw
+        d_sig = torch.empty(num_dir, n, 3 * hidden, dtype=acc, device=hs.device)  # dL/d f, i, o
+        torch.mul(d_f_hat, w, out=d_sig[:, :, :hidden])
+        torch.mul(d_i_hat, w, out=d_sig[:, :, hidden : 2 * hidden])
+        torch.mul(dh, tc, out=d_sig[:, :, 2 * hidden :])
+        d_cm = torch.empty(num_dir, n, 2, hidden, dtype=acc, device=hs.device)  # dL/d cumax (Eq. 8, 9)
+        torch.addcmul(d_f_hat, neg_dw, mi, value=-1.0, out=d_cm[:, :, 0])
+        torch.addcmul(d_i_hat, neg_dw, mf, value=-1.0, out=d_cm[:, :, 1]).neg_()
+        d_chat = dc * i_hat
+        # every read of ``a`` is done: the gate gradients may overwrite it now
+        dg = grad_xg[:, start:stop]
+        torch.mul(d_sig, sig_grad, out=dg[:, :, : 3 * hidden])
+        torch.addcmul(d_chat, d_chat * c_hat, c_hat, value=-1.0, out=dg[:, :, 3 * hidden : 4 * hidden])
         if chunk_size > 1:
-            dcm = dcm.view(num_dir, bsz, 2, n_chunk, chunk_size).sum(-1)
-        # cumsum backward (suffix sums), then softmax backward
-        dp = dcm.sum(-1, keepdim=True) - torch.cumsum(dcm, dim=-1) + dcm
-        dp = dp - (dp * p).sum(-1, keepdim=True)
-        torch.mul(p, dp, out=dg[:, :, 4 * hidden :].view(num_dir, bsz, 2, n_chunk))  # master gates
-        dc = dc * torch.addcmul(mf - w, f, w)  # dc * f_hat
-        dh_rec = torch.bmm(dg, w_t).to(acc)
-    # dW = sum_t h_{t-1}^T dg_t  (h_{-1} = 0): one matmul over all steps
-    h_prev = hs[:, : seq_len - 1].reshape(num_dir, (seq_len - 1) * bsz, hidden)
-    dg_all = grad_xg[:, 1:].reshape(num_dir, (seq_len - 1) * bsz, w_hh.size(2))
-    grad_w = torch.bmm(h_prev.transpose(1, 2), dg_all)
+            d_cm = d_cm.view(num_dir, n, 2, n_chunk, chunk_size).sum(-1)
+        # cumax backward (Eq. 7): cumsum's (suffix sums: total - prefix + own), then softmax's
+        prefix = torch.cumsum(d_cm, dim=-1)
+        d_probs = torch.sub(d_cm, prefix).add_(prefix[:, :, :, n_chunk - 1 :])
+        weighted = probs * d_probs
+        torch.addcmul(weighted, probs, weighted.sum(-1, keepdim=True), value=-1.0,
+                      out=dg[:, :, 4 * hidden :].view(num_dir, n, 2, n_chunk))
+        if t > 0:
+            dc = dc * f_hat
+            prev, n_prev = starts[t - 1], batch_sizes[t - 1]
+            dh = torch.baddbmm(grad_hs[:, prev : prev + n], dg, w_t).to(acc)
+            if n_prev > n:  # sentences whose last step is t - 1
+                dc = torch.cat([dc, torch.zeros(num_dir, n_prev - n, hidden, dtype=acc, device=hs.device)], 1)
+                dh = torch.cat([dh, grad_hs[:, prev + n : prev + n_prev].to(acc)], 1)
+            n = n_prev
+    # dW = sum_t h_{t-1}^T dg_t (h_{-1} = 0): one matmul over all steps; h_{t-1}
+    # is the first batch_sizes[t] rows of step t-1, all of it without padding
+    if steps < 2:
+        return grad_xg, torch.zeros_like(w_hh)
+    first = batch_sizes[0]
+    if batch_sizes[steps - 1] == first:
+        h_prev = hs[:, : num_rows - first]
+    else:
+        h_prev = torch.cat([hs[:, starts[t - 1] : starts[t - 1] + batch_sizes[t]] for t in range(1, steps)], 1)
+    grad_w = torch.bmm(h_prev.transpose(1, 2), grad_xg[:, first:])
     return grad_xg, grad_w
 
 
@@ -219,26 +287,40 @@ except Exception:  # pragma: no cover - TorchScript unavailable: same maths, Pyt
 
 
 class _ONLSTMFunction(torch.autograd.Function):
-    """Autograd wrapper: scripted forward loop, scripted hand-written backward loop."""
+    """Input projection, scripted recurrence, hand-written backward.
+
+    Owning the input projection lets the forward write the gates over it and
+    the backward write the gate gradients over those: one ``[D, N, G]``
+    buffer for the whole layer.
+    """
 
     @staticmethod
-    def forward(ctx, xg: Tensor, w_hh: Tensor, hidden: int, chunk_size: int, save: bool) -> Tensor:
+    def forward(ctx, xs: Tensor, w_ih: Tensor, bias: Tensor, w_hh: Tensor, batch_sizes: List[int],
+                hidden: int, chunk_size: int, save: bool) -> Tensor:
         # ``save`` comes from the caller: grad mode is always off in here
-        hs, sigs, c_hats, probs, cells = _onlstm_forward(xg, w_hh, hidden, chunk_size, save)
+        hs, acts, cells = _onlstm_forward(xs, w_ih, bias, w_hh, batch_sizes, hidden, chunk_size, save)
         if save:
-            ctx.save_for_backward(w_hh, hs, sigs, c_hats, probs, cells)
-        ctx.hidden = hidden
-        ctx.chunk_size = chunk_size
+            ctx.save_for_backward(xs, w_ih, w_hh, hs, acts, cells)
+            ctx.batch_sizes = batch_sizes
+            ctx.hidden = hidden
+            ctx.chunk_size = chunk_size
         return hs
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_hs: Tensor):
-        w_hh, hs, sigs, c_hats, probs, cells = ctx.saved_tensors
-        grad_xg, grad_w = _onlstm_backward(
-            grad_hs.contiguous(), w_hh, hs, sigs, c_hats, probs, cells, ctx.hidden, ctx.chunk_size
+        xs, w_ih, w_hh, hs, acts, cells = ctx.saved_tensors
+        grad_xg, grad_w_hh = _onlstm_backward(
+            grad_hs.contiguous(), w_hh, hs, acts, cells, ctx.batch_sizes, ctx.hidden, ctx.chunk_size
         )
-        return grad_xg, grad_w, None, None, None
+        grad_xs = grad_w_ih = grad_bias = None
+        if ctx.needs_input_grad[0]:
+            grad_xs = torch.bmm(grad_xg, w_ih.transpose(1, 2))
+        if ctx.needs_input_grad[1]:
+            grad_w_ih = torch.bmm(xs.transpose(1, 2), grad_xg)
+        if ctx.needs_input_grad[2]:
+            grad_bias = grad_xg.sum(1, keepdim=True)
+        return grad_xs, grad_w_ih, grad_bias, grad_w_hh, None, None, None, None
 
 
 class ONLSTM(nn.Module):
@@ -290,36 +372,43 @@ class ONLSTM(nn.Module):
         )
 
     def forward(self, x: Tensor, lengths: Tensor) -> Tensor:
-        """``x``: ``[T, B, C]`` right-padded; returns ``[T, B, D*hidden]``.
+        """``x``: ``[T, B, C]`` right-padded; returns ``[T, B, D*hidden]``, zero at pads.
 
-        Values at pad positions are unspecified (the caller masks them).
+        The recurrence runs on packed sequences (sentences sorted longest
+        first, step ``t`` over the sentences longer than ``t``): no pad is
+        computed.  One gather builds the packed input of both directions
+        (direction 1 reversed within each sentence), one gathers the output.
         """
-        seq_len, bsz, _ = x.shape
+        seq_len, bsz, dim = x.shape
         nd = self.num_directions
-        if nd == 2:
-            # source time step of [t, b, direction]: t itself, then the
-            # per-sentence reversal (an involution: it also un-reverses)
-            t_ar = torch.arange(seq_len, device=x.device).unsqueeze(1).expand(seq_len, bsz)
-            src_t = torch.stack([t_ar, reversal_index(lengths.to(x.device), seq_len)], dim=-1)  # [T, B, 2]
-            col = torch.arange(bsz, device=x.device).unsqueeze(-1)  # [B, 1]
-            # rows of x.view(T*B, C) in [direction, t, b] order
-            in_rows = (src_t * bsz + col).permute(2, 0, 1).reshape(-1)
-            xs = x.reshape(seq_len * bsz, -1).index_select(0, in_rows).view(nd, seq_len * bsz, -1)
-        else:
-            xs = x.reshape(1, seq_len * bsz, -1)
+        lengths = lengths.to(x.device)
+        sorted_lengths, order = torch.sort(lengths, descending=True, stable=True)
+        steps = torch.arange(seq_len, device=x.device)
+        valid = steps.unsqueeze(1) < sorted_lengths.unsqueeze(0)  # [T, B], sorted columns
+        t_idx, k_idx = valid.nonzero(as_tuple=True)  # packed order
+        num_rows = t_idx.numel()
+        batch_sizes = [n for n in valid.sum(1).tolist() if n > 0]
+        b_idx = order[k_idx]
+        src_t = [t_idx] if nd == 1 else [t_idx, sorted_lengths[k_idx] - 1 - t_idx]
+        in_rows = torch.cat([s * bsz + b_idx for s in src_t])  # rows of x.view(T*B, C)
+        xs = x.reshape(seq_len * bsz, dim).index_select(0, in_rows).view(nd, num_rows, dim)
+        # the matmul dtype: autocast's (half) when it is on, else the input's
+        device = x.device.type
+        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
         bias = (self.bias_ih + self.bias_hh).unsqueeze(1)  # [D, 1, G]
-        # all time steps, both directions: one batched matmul
-        xg = torch.baddbmm(bias, xs, self.weight_ih).view(nd, seq_len, bsz, -1)
-        w_hh = self.weight_hh.to(xg.dtype)  # the matmul dtype (half under autocast)
-        save = torch.is_grad_enabled() and (xg.requires_grad or w_hh.requires_grad)
-        with torch.autocast(device_type=x.device.type, enabled=False):
-            hs = _ONLSTMFunction.apply(xg, w_hh, self.hidden_dim, self.chunk_size, save)  # [D, T, B, h]
+        args = [t.to(dtype) for t in (xs, self.weight_ih, bias, self.weight_hh)]
+        save = torch.is_grad_enabled() and any(t.requires_grad for t in args)
+        with torch.autocast(device_type=device, enabled=False):
+            hs = _ONLSTMFunction.apply(*args, batch_sizes, self.hidden_dim, self.chunk_size, save)
+        # hs: [D, N + 1, h], row N zero.  Packed row of each [t, b], N at pads;
+        # direction 1 reads it at the reversed position (pads stay in place)
+        packed_row = torch.full((seq_len, bsz), num_rows, dtype=torch.long, device=x.device)
+        packed_row[t_idx, b_idx] = torch.arange(num_rows, device=x.device)
+        out_rows = [packed_row]
         if nd == 2:
-            # rows of hs.view(D*T*B, h) in [t, b, direction] order: the layout
-            # change to [T, B, D*h] and the un-reversal in one gather
-            out_rows = (torch.arange(nd, device=x.device) * seq_len + src_t) * bsz + col
-            return hs.reshape(nd * seq_len * bsz, -1).index_select(0, out_rows.reshape(-1)).view(seq_len, bsz, -1)
-        return hs.reshape(seq_len, bsz, -1)
+            out_rows.append(packed_row.gather(0, reversal_index(lengths, seq_len)) + (num_rows + 1))
+        out_rows = torch.stack(out_rows, -1).view(-1)  # [T, B, D] rows of hs.view(D*(N+1), h)
+        return hs.reshape(nd * (num_rows + 1), -1).index_select(0, out_rows).view(seq_len, bsz, -1)
 
 
 class RecurrentLayer(nn.Module):
