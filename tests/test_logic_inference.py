@@ -2,6 +2,7 @@
 the ``logic_inference`` task, the ``sentence_pair_classifier`` archs and
 the accuracy-by-operators command, on tiny files written here."""
 
+import json
 import random
 import re
 
@@ -174,3 +175,17 @@ def test_train_validate_and_table(logic_data, tmp_path, capsys):
     table_command(["--counts", str(counts), "--plot", str(tmp_path / "again.png")])
     assert capsys.readouterr().out == seeds_table
     assert (tmp_path / "again.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    # one counts file per run, as the recipe saves them: merged, the same table
+    saved = json.loads(counts.read_text())
+    run_files = []
+    for seed, run in enumerate(saved["models"]["Hybrid"], 1):
+        run_files.append(tmp_path / f"hybrid.seed{seed}.json")
+        run_files[-1].write_text(json.dumps({"train_max": saved["train_max"], "models": {"Hybrid": [run]}}))
+    table_command(["--counts", *map(str, run_files)])
+    assert capsys.readouterr().out == seeds_table
+    # runs trained on other operator counts are not put in one table
+    run_files[1].write_text(json.dumps({"train_max": saved["train_max"] + 1,
+                                        "models": {"Hybrid": [saved["models"]["Hybrid"][1]]}}))
+    with pytest.raises(SystemExit, match="different --max-train-operators"):
+        table_command(["--counts", *map(str, run_files)])

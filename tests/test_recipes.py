@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, run
+from conftest import REPO, run, run_cli
 
 from fairseq_posattn.toy_corpus import detokenize, generate_splits
 
@@ -357,4 +357,59 @@ def test_logic_inference_recipe_two_seeds(tmp_path):
     assert [len(runs) for runs in counts["models"].values()] == [2, 2]
     summary = json.loads((export / "logic_san.seed2.train.json").read_text())
     assert summary["updates"] == 3 and "accuracy" in summary["validations"][-1]
+    assert summary["settings"]["seed"] == "2" and "--max-update 3" in summary["settings"]["command"]
     assert (export / "figure.png").read_bytes()[:4] == b"\x89PNG"
+    # every run's own counts, exported as soon as it was evaluated
+    run_counts = json.loads((export / "logic_onlstm_san.seed1.counts.json").read_text())
+    assert list(run_counts["models"]) == ["ON-LSTM+SAN"] and len(run_counts["models"]["ON-LSTM+SAN"]) == 1
+
+    # the table again from the runs' counts alone (nothing trained or evaluated)
+    again = run(["bash", REPO / "examples" / "logic_inference" / "run.sh"],
+                env={"DATA": str(data), "WORK": str(work), "ARCHS": "logic_san logic_onlstm_san",
+                     "SEEDS": "1 2", "TRAIN": "0", "THREADS": "1"}, timeout=600)
+    assert "evaluating" not in again.stderr and again.stdout == table
+    # other settings in a run's directory are refused, naming it
+    proc = run(["bash", REPO / "examples" / "logic_inference" / "run.sh"],
+               env={"DATA": str(data), "WORK": str(work), "ARCHS": "logic_san", "SEEDS": "1",
+                    "DIM": "16", "MAX_UPDATE": "4", "BATCH": "16", "THREADS": "1"},
+               check=False, timeout=600)
+    assert proc.returncode != 0
+    assert f"{work / 'checkpoints' / 'logic_san.seed1'} already holds a run with other settings" in proc.stderr
+    assert "--max-update 3" in proc.stderr and "--max-update 4" in proc.stderr
+
+
+# ---------------------------------------------------------------------------
+# PoS tagging: variants x seeds, the table, exports, settings
+
+def test_pos_tagging_recipe(tmp_path):
+    from test_pos_tagging import toy_treebank
+
+    ud, work, export = tmp_path / "ud", tmp_path / "work", tmp_path / "export"
+    toy_treebank(ud / "UD_Toy-Tiny")
+    env = {"UD": str(ud), "WORK": str(work), "EXPORT_DIR": str(export), "TREEBANKS": "UD_Toy-Tiny",
+           "VARIANTS": "san pe_con", "SEEDS": "1 2", "MAX_EPOCH": "2", "JOBS": "2",
+           "EXTRA": "--encoder-layers 1 --char-embed-dim 8"}
+    proc = run(["bash", REPO / "examples" / "pos_tagging" / "run.sh"], env=env, timeout=600)
+    assert re.search(r"^\| SAN \| 2 \| [\d.]+ ± [\d.]+ \|", proc.stdout, re.M)
+    assert re.search(r"^\| SAN\+PE\[con\] \| 2 \|", proc.stdout, re.M)
+    assert (work / "UD_Toy-Tiny" / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    for variant in ("san", "pe_con"):
+        for seed in (1, 2):
+            run_dir = export / "UD_Toy-Tiny" / variant / f"seed{seed}"
+            summary = json.loads((run_dir / "train.json").read_text())
+            assert summary["settings"]["seed"] == str(seed) and summary["epochs"] == 2
+            assert f"posattn_tagger_{variant}" in summary["settings"]["command"]
+            assert "accuracy" in summary["validations"][-1]
+            assert json.loads((run_dir / "test.json").read_text())["words"] > 0
+    # the table from the exported files alone is the recipe's
+    table = run_cli("fairseq-posattn-pos-table", export)
+    assert table.stdout.strip() and table.stdout.strip() in proc.stdout
+
+    # a finished run is not trained again; other settings in its directory are refused
+    again = run(["bash", REPO / "examples" / "pos_tagging" / "run.sh"], env=env, timeout=600)
+    assert "seed 1:" not in again.stderr and table.stdout.strip() in again.stdout
+    (work / "UD_Toy-Tiny" / "san" / "seed1" / "test.json").unlink()
+    proc = run(["bash", REPO / "examples" / "pos_tagging" / "run.sh"],
+               env={**env, "MAX_EPOCH": "3", "VARIANTS": "san", "SEEDS": "1"}, check=False, timeout=600)
+    assert proc.returncode != 0
+    assert f"{work / 'UD_Toy-Tiny' / 'san' / 'seed1'} already holds a run with other settings" in proc.stderr

@@ -38,6 +38,7 @@
 # training resumes from its last checkpoint when rerun with the same settings.
 
 REPO="$(cd "$HERE/../.." && pwd)"
+source "$REPO/examples/common/run_settings.sh"
 
 # ---- options (a recipe may have set any of them before) ---------------------
 : "${WORK:=$HERE/work}"
@@ -371,34 +372,12 @@ add_trees() {
 }
 
 # ---- 6. train ---------------------------------------------------------------
-code_version() {  # the commit of the code, +modified when the work tree differs from it
-    local commit
-    commit="$(git -C "$REPO" rev-parse HEAD 2>/dev/null)" || { echo unknown; return; }
-    git -C "$REPO" diff --quiet HEAD -- 2>/dev/null || commit+="+modified"
-    echo "$commit"
-}
-
-# check_settings FILE: record the run's settings in FILE (KEY=VALUE lines), or,
-# when FILE exists, refuse settings that differ from the recorded ones; threads
-# and start times are recorded, not compared
+# check_settings: the run's settings (commit, seed, data, the training
+# command) recorded in the run's directory, or refused when it holds other ones
 check_settings() {
-    local file="$1" recorded current
-    current="$(printf '%s\n' "commit=$(code_version)" "seed=$SEED" \
+    check_run_settings "$CKPT" "$(printf '%s\n' "commit=$(code_version)" "seed=$SEED" \
         "data=$DATA_BIN${TREES_KIND:+ ($TREES_KIND)}" \
-        "command=$(printf '%q ' "${TRAIN_COMMAND[@]}")")"
-    if [[ -f "$file" ]]; then
-        recorded="$(grep -v -E '^(threads|started)=' "$file")"
-        if [[ "$recorded" != "$current" ]]; then
-            die "$CKPT already holds a run with other settings; refusing to mix them.
-    $(diff <(echo "$recorded") <(echo "$current") | grep '^[<>]' | sed 's/^</    recorded:/; s/^>/    now:     /')
-    Use another NAME or SEED (or WORK), or delete $CKPT to train this run again."
-        fi
-    elif compgen -G "$CKPT/checkpoint*.pt" >/dev/null; then
-        die "$CKPT holds checkpoints of a run whose settings were not recorded; refusing to
-    mix them with this one. Use another NAME or SEED (or WORK), or delete $CKPT."
-    else
-        printf '%s\n' "$current" "threads=$THREADS" >"$file"
-    fi
+        "command=$(printf '%q ' "${TRAIN_COMMAND[@]}")")" "threads=$THREADS"
 }
 
 train_model() {
@@ -448,7 +427,7 @@ train_model() {
         "${dist[@]}" "${DEVICE_FLAGS[@]}" "${EXTRA_TRAIN_FLAGS[@]}"
     )
     mkdir -p "$CKPT"
-    check_settings "$CKPT/settings.txt"
+    check_settings
     if done_before "$CKPT/.done" "$CKPT (trained with the same settings; delete it to train again)"; then
         return
     fi

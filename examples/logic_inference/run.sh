@@ -23,12 +23,18 @@
 #                   table gives the mean over seeds and each seed
 #   THREADS=N       torch threads (default: number of cores, at most 4)
 #   EXTRA="..."     further fairseq-train flags for every model
-#   EXPORT_DIR=DIR  copy table.md, counts.json, figure.png and every run's
-#                   training summary (RUN.train.json) there
-#   EVALUATE=0      train only (e.g. two invocations side by side on two cores);
-#   TRAIN=0         evaluate only: the table of all ARCHS x SEEDS runs
-# A run (ARCH.seedN) whose checkpoint_last.pt already reached MAX_UPDATE is not
-# trained again (fairseq-train resumes from it and stops); the table is always redone.
+#   EXPORT_DIR=DIR  copy each run's training summary RUN.train.json and test
+#                   counts RUN.counts.json there as soon as it is done, and at
+#                   the end table.md, counts.json and figure.png
+#   EVALUATE=0      train only; TRAIN=0 evaluate only. Each run is evaluated
+#                   right after its training (WORK/counts/RUN.json) and the
+#                   table is made from the counts of all ARCHS x SEEDS runs, so
+#                   two invocations with other SEEDS can run side by side on
+#                   two cores, and a later TRAIN=0 run makes the whole table
+# A run is ARCH.seedN. It records its settings (commit, seed, the training
+# command) in WORK/checkpoints/RUN/settings.txt and refuses a directory that
+# holds a run of other settings; a run whose checkpoint_last.pt already reached
+# MAX_UPDATE is not trained again (fairseq-train resumes from it and stops).
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -56,13 +62,16 @@ VENV="${VENV:-$REPO/.venv}"
 export PATH="$VENV/bin:$PATH" OMP_NUM_THREADS="$THREADS" MKL_NUM_THREADS="$THREADS"
 
 say() { echo "[logic_inference] $*" >&2; }
+die() { say "ERROR: $*"; exit 1; }
+source "$REPO/examples/common/run_settings.sh"
 trap 'say "ERROR: command failed (exit $?) at line $LINENO: $BASH_COMMAND"' ERR
 
 if [[ ! -f "$DATA/train0" || ! -f "$DATA/test12" ]]; then
     say "ERROR: $DATA lacks Bowman et al.'s train0..train12/test0..test12; set DATA=DIR"
     exit 2
 fi
-mkdir -p "$WORK/logs"
+mkdir -p "$WORK/logs" "$WORK/counts"
+[[ -z "$EXPORT_DIR" ]] || mkdir -p "$EXPORT_DIR"
 
 label() {
     case "$1" in
@@ -74,36 +83,49 @@ label() {
     esac
 }
 
-CHECKPOINTS=()
+COUNTS=()
 for ARCH in $ARCHS; do
   for SEED in $SEEDS; do
     RUN="$ARCH.seed$SEED"
     SAVE="$WORK/checkpoints/$RUN"
     LOG="$WORK/logs/$RUN.log"
-    CHECKPOINTS+=(--checkpoint "$(label "$ARCH")=$SAVE/checkpoint_best.pt")
-    [[ "$TRAIN" == 1 ]] || continue
-    say "training $RUN ($MAX_UPDATE updates, d=$DIM, $THREADS thread(s)) -> $SAVE"
-    echo "[logic_inference] fairseq-train started $(date '+%Y-%m-%d %H:%M:%S')" >>"$LOG"
-    # shellcheck disable=SC2086
-    fairseq-train "$DATA" --user-dir "$REPO/fairseq_posattn" \
-        --task logic_inference --max-train-operators 6 --arch "$ARCH" \
-        --encoder-embed-dim "$DIM" --encoder-ffn-embed-dim "$FFN" \
-        --criterion sentence_prediction --optimizer adam --lr "$LR" --clip-norm 1.0 \
-        --batch-size "$BATCH" --max-update "$MAX_UPDATE" --seed "$SEED" \
-        --best-checkpoint-metric accuracy --maximize-best-checkpoint-metric \
-        --no-epoch-checkpoints --num-workers 0 --no-progress-bar --log-interval 100 \
-        --log-format json --save-dir "$SAVE" $EXTRA >>"$LOG" 2>&1
-    # the last validation is on held-out training formulas
-    say "  $RUN: $(fairseq-posattn-train-log --log "$LOG" --out "$WORK/logs/$RUN.train.json")"
+    COUNTS+=("$WORK/counts/$RUN.json")
+    if [[ "$TRAIN" == 1 ]]; then
+        # shellcheck disable=SC2206
+        COMMAND=(fairseq-train "$DATA" --user-dir "$REPO/fairseq_posattn"
+            --task logic_inference --max-train-operators 6 --arch "$ARCH"
+            --encoder-embed-dim "$DIM" --encoder-ffn-embed-dim "$FFN"
+            --criterion sentence_prediction --optimizer adam --lr "$LR" --clip-norm 1.0
+            --batch-size "$BATCH" --max-update "$MAX_UPDATE" --seed "$SEED"
+            --best-checkpoint-metric accuracy --maximize-best-checkpoint-metric
+            --no-epoch-checkpoints --num-workers 0 --no-progress-bar --log-interval 100
+            --log-format json --save-dir "$SAVE" $EXTRA)
+        check_run_settings "$SAVE" "$(printf '%s\n' "commit=$(code_version)" "seed=$SEED" \
+            "command=$(printf '%q ' "${COMMAND[@]}")")" "threads=$THREADS"
+        say "training $RUN ($MAX_UPDATE updates, d=$DIM, $THREADS thread(s)) -> $SAVE"
+        STARTED="$(date '+%Y-%m-%d %H:%M:%S')"
+        echo "started=$STARTED" >>"$SAVE/settings.txt"
+        echo "[logic_inference] fairseq-train started $STARTED" >>"$LOG"
+        "${COMMAND[@]}" >>"$LOG" 2>&1
+        # the last validation is on held-out training formulas
+        say "  $RUN: $(fairseq-posattn-train-log --log "$LOG" --settings "$SAVE/settings.txt" \
+            --out "$WORK/logs/$RUN.train.json")"
+        [[ -z "$EXPORT_DIR" ]] || cp "$WORK/logs/$RUN.train.json" "$EXPORT_DIR/"
+    fi
+    [[ "$EVALUATE" == 1 ]] || continue
+    if [[ ! "$WORK/counts/$RUN.json" -nt "$SAVE/checkpoint_best.pt" ]]; then
+        say "evaluating $RUN on test1 ... test12"
+        fairseq-posattn-logic-report "$DATA" --checkpoint "$(label "$ARCH")=$SAVE/checkpoint_best.pt" \
+            --counts-out "$WORK/counts/$RUN.json" >/dev/null
+    fi
+    [[ -z "$EXPORT_DIR" ]] || cp "$WORK/counts/$RUN.json" "$EXPORT_DIR/$RUN.counts.json"
   done
 done
 
 [[ "$EVALUATE" == 1 ]] || exit 0
-say "evaluating on test1 ... test12"
-fairseq-posattn-logic-report "$DATA" "${CHECKPOINTS[@]}" --counts-out "$WORK/counts.json" \
+fairseq-posattn-logic-report --counts "${COUNTS[@]}" --counts-out "$WORK/counts.json" \
     --plot "$WORK/figure.png" | tee "$WORK/table.md"
 if [[ -n "$EXPORT_DIR" ]]; then
-    mkdir -p "$EXPORT_DIR"
-    cp "$WORK/table.md" "$WORK/counts.json" "$WORK/figure.png" "$WORK"/logs/*.train.json "$EXPORT_DIR/"
-    say "copied the table, counts, figure and training summaries to $EXPORT_DIR"
+    cp "$WORK/table.md" "$WORK/counts.json" "$WORK/figure.png" "$EXPORT_DIR/"
+    say "copied the table, counts and figure to $EXPORT_DIR"
 fi

@@ -26,6 +26,12 @@
 #   THREADS=1       torch threads per run; JOBS=1 runs at a time
 #   EXTRA="..."     more fairseq-train arguments (e.g. "--pretrained-word-vectors
 #                   cc.af.300.vec", "--tag-column xpos")
+#   EXPORT_DIR=DIR  copy each finished run's test.json and training summary
+#                   train.json (updates, wall time, dev accuracy per epoch, the
+#                   settings) to DIR/<treebank>/<variant>/seed<N>/: small files
+#                   to commit; fairseq-posattn-pos-table DIR makes the table
+# Each run records its settings (commit, seed, treebank, the training command)
+# in settings.txt and refuses a directory that holds a run of other settings.
 # A run whose test.json exists is skipped, so re-running resumes a sweep.
 set -euo pipefail
 
@@ -45,11 +51,14 @@ PATIENCE="${PATIENCE:-3}"
 WORK="${WORK:-$REPO/examples/pos_tagging/work}"
 THREADS="${THREADS:-1}"
 JOBS="${JOBS:-1}"
+EXPORT_DIR="${EXPORT_DIR:-}"
 read -r -a EXTRA_ARGS <<< "${EXTRA:-}"
 PY="${VENV:-$REPO/.venv}/bin"
 export OMP_NUM_THREADS="$THREADS" MKL_NUM_THREADS="$THREADS"
 
 say() { echo "[pos_tagging] $*" >&2; }
+die() { say "ERROR: $*"; exit 1; }
+source "$REPO/examples/common/run_settings.sh"
 
 arch_of() {
     case "$1" in
@@ -61,21 +70,35 @@ arch_of() {
 
 train_and_score() {  # treebank variant seed
     local out="$WORK/$1/$2/seed$3"
-    [[ -f "$out/test.json" ]] && return 0
-    mkdir -p "$out"
-    local start=$SECONDS
-    "$PY/fairseq-train" "$UD/$1" --user-dir "$REPO/fairseq_posattn" \
-        --task pos_tagging --arch "$(arch_of "$2")" --criterion tagging_cross_entropy \
-        --optimizer rmsprop --lr 1e-3 --batch-size 32 --max-epoch "$MAX_EPOCH" \
-        --patience "$PATIENCE" --best-checkpoint-metric accuracy \
-        --maximize-best-checkpoint-metric --no-epoch-checkpoints --no-last-checkpoints \
-        --no-save-optimizer-state --seed "$3" --save-dir "$out" --cpu --num-workers 0 \
-        --log-format json --log-interval 20 "${EXTRA_ARGS[@]}" > "$out/train.log" 2>&1 \
-        || { say "ERROR: training failed, see $out/train.log"; return 1; }
-    "$PY/python" -m fairseq_posattn.evaluation.pos_tagging --path "$out/checkpoint_best.pt" \
-        --split test --json "$out/test.json.tmp" --output "$out/test.tags"
-    mv "$out/test.json.tmp" "$out/test.json"
-    say "$1 $2 seed $3: $((SECONDS - start)) s"
+    if [[ ! -f "$out/test.json" ]]; then
+        local command=(
+            "$PY/fairseq-train" "$UD/$1" --user-dir "$REPO/fairseq_posattn"
+            --task pos_tagging --arch "$(arch_of "$2")" --criterion tagging_cross_entropy
+            --optimizer rmsprop --lr 1e-3 --batch-size 32 --max-epoch "$MAX_EPOCH"
+            --patience "$PATIENCE" --best-checkpoint-metric accuracy
+            --maximize-best-checkpoint-metric --no-epoch-checkpoints --no-last-checkpoints
+            --no-save-optimizer-state --seed "$3" --save-dir "$out" --cpu --num-workers 0
+            --log-format json --log-interval 20 "${EXTRA_ARGS[@]}"
+        )
+        check_run_settings "$out" "$(printf '%s\n' "commit=$(code_version)" "seed=$3" \
+            "treebank=$1" "command=$(printf '%q ' "${command[@]}")")" "threads=$THREADS"
+        local start=$SECONDS started
+        started="$(date '+%Y-%m-%d %H:%M:%S')"
+        echo "started=$started" >>"$out/settings.txt"
+        echo "[pos_tagging] fairseq-train started $started" >"$out/train.log"
+        "${command[@]}" >>"$out/train.log" 2>&1 \
+            || { say "ERROR: training failed, see $out/train.log"; return 1; }
+        "$PY/python" -m fairseq_posattn.evaluation.pos_tagging --path "$out/checkpoint_best.pt" \
+            --split test --json "$out/test.json.tmp" --output "$out/test.tags"
+        "$PY/fairseq-posattn-train-log" --log "$out/train.log" --settings "$out/settings.txt" \
+            --out "$out/train.json" >/dev/null
+        mv "$out/test.json.tmp" "$out/test.json"
+        say "$1 $2 seed $3: $((SECONDS - start)) s"
+    fi
+    if [[ -n "$EXPORT_DIR" ]]; then
+        mkdir -p "$EXPORT_DIR/$1/$2/seed$3"
+        cp "$out/test.json" "$out/train.json" "$EXPORT_DIR/$1/$2/seed$3/"
+    fi
 }
 
 for tb in $TREEBANKS; do

@@ -14,7 +14,8 @@ Checkpoints given under one name are seeds of one model: its cells are the
 mean over them, followed by each seed's accuracy, and its line in the figure
 is the mean with the range of the seeds shaded.  ``--counts-out`` saves the
 correct/total counts of every checkpoint; ``--counts`` remakes the table and
-figure from such a file, without the checkpoints.
+figure from one or more such files, without the checkpoints (the recipe saves
+one file per run and makes the table from all of them).
 """
 
 import argparse
@@ -131,13 +132,25 @@ def evaluate(data: str, checkpoints, batch_size: int) -> Dict[str, object]:
     return {"train_max": train_max.pop(), "models": models}
 
 
-def load_counts(path: str) -> Dict[str, object]:
-    with open(path, encoding="utf-8") as f:
-        saved = json.load(f)
-    for runs in saved["models"].values():  # JSON keys are strings
-        for run in runs:
-            run["counts"] = {int(k): v for k, v in run["counts"].items()}
-    return saved
+def load_counts(paths: Sequence[str]) -> Dict[str, object]:
+    """The counts saved by ``--counts-out`` in ``paths``, merged in order (the
+    runs of one name are its seeds)."""
+    models, train_max = {}, {}
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            saved = json.load(f)
+        train_max[path] = saved["train_max"]
+        for name, runs in saved["models"].items():
+            for run in runs:  # JSON keys are strings
+                run["counts"] = {int(k): v for k, v in run["counts"].items()}
+            models.setdefault(name, []).extend(runs)
+    if len(set(train_max.values())) != 1:
+        raise SystemExit(
+            "the counts come from models trained with different --max-train-operators ("
+            + ", ".join(f"{path}: {k}" for path, k in train_max.items())
+            + "); compare models trained on the same files"
+        )
+    return {"train_max": next(iter(train_max.values())), "models": models}
 
 
 def cli_main(argv=None):
@@ -147,8 +160,9 @@ def cli_main(argv=None):
     parser.add_argument("--checkpoint", type=parse_checkpoint, action="append",
                         metavar="NAME=PATH",
                         help="a model (repeat for each column; the same NAME for its seeds)")
-    parser.add_argument("--counts", metavar="JSON",
-                        help="instead of checkpoints: the counts that --counts-out saved")
+    parser.add_argument("--counts", metavar="JSON", nargs="+",
+                        help="instead of checkpoints: the counts that --counts-out saved "
+                             "(several files: their models and seeds together)")
     parser.add_argument("--counts-out", metavar="JSON", help="save every checkpoint's counts")
     parser.add_argument("--plot", help="write the figure here (PNG)")
     parser.add_argument("--batch-size", type=int, default=256)
