@@ -20,7 +20,7 @@ check_run_settings() {
         recorded="$(grep -v -E '^(threads|started)=' "$file")"
         if [[ "$recorded" != "$current" ]]; then
             die "$dir already holds a run with other settings; refusing to mix them.
-    $(diff <(echo "$recorded") <(echo "$current") | grep '^[<>]' | sed 's/^</    recorded:/; s/^>/    now:     /')
+    $( { diff <(echo "$recorded") <(echo "$current") | grep "^[<>]" | sed "s/^</    recorded:/; s/^>/    now:     /"; } || true)
     Give this run another name, seed or WORK, or delete $dir to train it again."
         fi
     elif compgen -G "$dir/checkpoint*.pt" >/dev/null; then
