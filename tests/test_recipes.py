@@ -413,3 +413,13 @@ def test_pos_tagging_recipe(tmp_path):
                env={**env, "MAX_EPOCH": "3", "VARIANTS": "san", "SEEDS": "1"}, check=False, timeout=600)
     assert proc.returncode != 0
     assert f"{work / 'UD_Toy-Tiny' / 'san' / 'seed1'} already holds a run with other settings" in proc.stderr
+
+
+@pytest.mark.parametrize("jobs, message", [(["A:1", "Z:1"], "unknown row 'Z' in job 'Z:1' (rows: A B C D E F W"),
+                                           (["A1"], "job 'A1' is not ROW:SEED"),
+                                           (["F:2", "A:x"], "job 'A:x' is not ROW:SEED")])
+def test_ablation_refuses_unknown_jobs_before_running_anything(jobs, message, tmp_path):
+    proc = run(["bash", REPO / "examples" / "multi30k_en_de" / "ablation.sh", *jobs],
+               env={"WORK": str(tmp_path), "DATA": ""}, check=False, timeout=60)
+    assert proc.returncode == 2 and message in proc.stderr
+    assert list(tmp_path.iterdir()) == []
