@@ -883,11 +883,14 @@ def test_console_script_check_reports():
     assert [(o.line, "fairseq-posattn-nonesuch" in o.what) for o in offences] == [(2, True)]
 
 
-@pytest.mark.slow
-def test_help_check_fails_for_a_broken_entry_point():
-    proc = subprocess.run(help_command("fairseq-posattn-nonesuch", "fairseq_posattn.nonesuch:main"),
-                          capture_output=True, text=True, cwd=REPO)
-    assert proc.returncode != 0
+def test_help_check_reports_a_broken_entry_point_and_one_without_usage():
+    targets = [("fairseq-posattn-nonesuch", "fairseq_posattn.nonesuch:main"),
+               ("fairseq-posattn-quiet", "fairseq_posattn.files:_umask")]  # returns, prints nothing
+    proc = subprocess.run([sys.executable, "-c", HELP_DRIVER, json.dumps(targets)],
+                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    failures = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert [f.split("`")[1] for f in failures] == ["fairseq-posattn-nonesuch --help", "fairseq-posattn-quiet --help"]
+    assert "ModuleNotFoundError" in failures[0] and "no exit" in failures[1]
 
 
 @pytest.mark.parametrize("text, needle, line", [
