@@ -432,10 +432,7 @@ train_model() {
         return
     fi
     say "fairseq-train --arch $ARCH, seed $SEED: $MAX_TOKENS tokens x $(( per_update / MAX_TOKENS )) device(s) x update-freq $UPDATE_FREQ = $(( per_update * UPDATE_FREQ )) tokens per update (target BATCH_TOKENS=$BATCH_TOKENS), lr $LR, ${budget_flags[*]} (log: $CKPT/train.log)"
-    local started
-    started="$(date '+%Y-%m-%d %H:%M:%S')"
-    echo "started=$started" >>"$CKPT/settings.txt"
-    echo "[$RECIPE] fairseq-train started $started (commit $(code_version), $THREADS thread(s))" >>"$CKPT/train.log"
+    mark_run_start "$CKPT" "$RECIPE" >>"$CKPT/train.log"
     "${TRAIN_COMMAND[@]}" 2>&1 | tee -a "$CKPT/train.log"
     touch "$CKPT/.done"
 }

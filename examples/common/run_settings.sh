@@ -31,3 +31,13 @@ check_run_settings() {
         printf '%s\n' "$current" ${recorded_only:+"$recorded_only"} >"$file"
     fi
 }
+
+# mark_run_start DIR RECIPE: add the start time to DIR/settings.txt and print the
+# line that marks a fairseq-train start in the training log (the log's wall time
+# is summed from these marks: fairseq_posattn/recipes/train_log.py)
+mark_run_start() {
+    local started
+    started="$(date '+%Y-%m-%d %H:%M:%S')"
+    echo "started=$started" >>"$1/settings.txt"
+    echo "[$2] fairseq-train started $started (commit $(code_version), ${THREADS:-?} thread(s))"
+}

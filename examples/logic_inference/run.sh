@@ -103,9 +103,7 @@ for ARCH in $ARCHS; do
         check_run_settings "$SAVE" "$(printf '%s\n' "commit=$(code_version)" "seed=$SEED" \
             "command=$(printf '%q ' "${COMMAND[@]}")")" "threads=$THREADS"
         say "training $RUN ($MAX_UPDATE updates, d=$DIM, $THREADS thread(s)) -> $SAVE"
-        STARTED="$(date '+%Y-%m-%d %H:%M:%S')"
-        echo "started=$STARTED" >>"$SAVE/settings.txt"
-        echo "[logic_inference] fairseq-train started $STARTED" >>"$LOG"
+        mark_run_start "$SAVE" logic_inference >>"$LOG"
         "${COMMAND[@]}" >>"$LOG" 2>&1
         # the last validation is on held-out training formulas
         say "  $RUN: $(fairseq-posattn-train-log --log "$LOG" --settings "$SAVE/settings.txt" \

@@ -82,10 +82,8 @@ train_and_score() {  # treebank variant seed
         )
         check_run_settings "$out" "$(printf '%s\n' "commit=$(code_version)" "seed=$3" \
             "treebank=$1" "command=$(printf '%q ' "${command[@]}")")" "threads=$THREADS"
-        local start=$SECONDS started
-        started="$(date '+%Y-%m-%d %H:%M:%S')"
-        echo "started=$started" >>"$out/settings.txt"
-        echo "[pos_tagging] fairseq-train started $started" >"$out/train.log"
+        local start=$SECONDS
+        mark_run_start "$out" pos_tagging >"$out/train.log"  # a fresh training: no last checkpoint
         "${command[@]}" >>"$out/train.log" 2>&1 \
             || { say "ERROR: training failed, see $out/train.log"; return 1; }
         "$PY/python" -m fairseq_posattn.evaluation.pos_tagging --path "$out/checkpoint_best.pt" \
