@@ -9,6 +9,7 @@ import json
 import random
 import re
 from argparse import Namespace
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -377,17 +378,59 @@ def test_pos_table_gives_mean_and_sample_std_in_the_papers_row_order(tmp_path, c
     from fairseq_posattn.evaluation import pos_table
 
     runs = {"conv2d": [95.0, 96.0], "san": [80.0, 82.0, 84.0], "pe_add": [90.0]}
-    for variant, accuracies in runs.items():
-        for seed, accuracy in enumerate(accuracies, 1):
-            path = tmp_path / "UD_X-Y" / variant / f"seed{seed}" / "test.json"
-            path.parent.mkdir(parents=True)
-            path.write_text(json.dumps({"accuracy": accuracy, "oov_accuracy": accuracy - 10,
-                                        "ambiguous_accuracy": accuracy - 5, "words": 100,
-                                        "oov": 10, "ambiguous": 20}))
+    for treebank in ("UD_X-Y", "UD_Afrikaans-AfriBooms"):
+        for variant, accuracies in runs.items():
+            for seed, accuracy in enumerate(accuracies, 1):
+                path = tmp_path / treebank / variant / f"seed{seed}" / "test.json"
+                path.parent.mkdir(parents=True)
+                path.write_text(json.dumps({"accuracy": accuracy, "oov_accuracy": accuracy - 10,
+                                            "ambiguous_accuracy": accuracy - 5, "words": 100,
+                                            "oov": 10, "ambiguous": 20}))
+                if treebank != "UD_X-Y":
+                    path.with_name("train.json").write_text(json.dumps(
+                        {"epochs": 10 + seed, "settings": {"commit": "abcdef0123", "seed": seed}}))
     pos_table.main([str(tmp_path)])
-    lines = [l for l in capsys.readouterr().out.splitlines() if l.startswith("| SAN")]
-    assert lines == [
-        "| SAN | 3 | 82.00 ± 2.00 | 72.00 ± 2.00 | 77.00 ± 2.00 |",
-        "| SAN+PE[add] | 1 | 90.00 | 80.00 | 85.00 |",
-        "| SAN+PE[add]+Conv2d | 2 | 95.50 ± 0.71 | 85.50 ± 0.71 | 90.50 ± 0.71 |",
+    out = capsys.readouterr().out
+    overview, afrikaans, other = out.split("\n\n### ")
+    # the overview: our mean beside Dufter et al.'s Table 2d value where it has one
+    assert overview.splitlines()[2:] == [
+        "| Afrikaans-AfriBooms | 82.00 | 90.00 (92.11) | 95.50 (94.75) |",
+        "| X-Y | 82.00 | 90.00 | 95.50 |",
     ]
+    assert [l for l in afrikaans.splitlines() if l.startswith("| SAN")] == [
+        "| SAN | 3 | 82.00 ± 2.00 |  | 72.00 ± 2.00 | 77.00 ± 2.00 | 11, 12, 13 |",
+        "| SAN+PE[add] | 1 | 90.00 | 92.11 | 80.00 | 85.00 | 11 |",
+        "| SAN+PE[add]+Conv2d | 2 | 95.50 ± 0.71 | 94.75 | 85.50 ± 0.71 | 90.50 ± 0.71 | 11, 12 |",
+    ]
+    assert afrikaans.rstrip().endswith("Trained at commit abcdef0 (train.json).")
+    # without training summaries: no epochs, no commit line
+    assert [l for l in other.splitlines() if l.startswith("| SAN+PE[add] ")] == [
+        "| SAN+PE[add] | 1 | 90.00 |  | 80.00 | 85.00 |  |"]
+    assert "commit" not in other
+
+
+def test_pos_table_figure_draws_every_seed_from_the_training_summaries(tmp_path):
+    import matplotlib.pyplot  # noqa: F401 (imported before Axes.plot is mocked)
+
+    from fairseq_posattn.evaluation import pos_table
+
+    for treebank in ("UD_A-B", "UD_C-D"):
+        for variant in ("san", "conv2d"):
+            for seed in (1, 2):
+                run = tmp_path / treebank / variant / f"seed{seed}"
+                run.mkdir(parents=True)
+                run.joinpath("test.json").write_text(json.dumps(
+                    {"accuracy": 90.0, "oov_accuracy": 80.0, "ambiguous_accuracy": 85.0,
+                     "words": 100, "oov": 10, "ambiguous": 20}))
+                run.joinpath("train.json").write_text(json.dumps({"epochs": 2, "settings": {}, "validations": [
+                    {"epoch": 1, "updates": 10, "accuracy": 50.0 + seed},
+                    {"epoch": 2, "updates": 20, "accuracy": 60.0 + seed}]}))
+    figure = tmp_path / "curves.png"
+    with mock.patch("matplotlib.axes.Axes.plot", return_value=[]) as plot:
+        pos_table.main([str(tmp_path), "--figure", str(figure)])
+    # a line per treebank, variant and seed, with the epochs' (updates, accuracy)
+    assert plot.call_count == 8
+    assert {(c.args, c.kwargs["label"]) for c in plot.call_args_list if c.kwargs["label"]} == {
+        (((10, 20), (51.0, 61.0)), "SAN"), (((10, 20), (51.0, 61.0)), "SAN+PE[add]+Conv2d")}
+    pos_table.main([str(tmp_path), "--figure", str(figure)])
+    assert figure.read_bytes()[:4] == b"\x89PNG"

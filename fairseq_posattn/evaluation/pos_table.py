@@ -1,11 +1,17 @@
 """Mean +- standard deviation over seeds of the test accuracies that
-examples/pos_tagging/run.sh wrote, one Markdown table per treebank::
+examples/pos_tagging/run.sh wrote: an overview of the accuracy on all words
+(treebanks by variants), then one Markdown table per treebank::
 
-    fairseq-posattn-pos-table examples/pos_tagging/work
+    fairseq-posattn-pos-table examples/pos_tagging/work [--figure curves.png]
 
 reads ``WORK/<treebank>/<variant>/seed<N>/test.json`` (written by
-``fairseq-posattn-pos-score --json``).  The standard
-deviation is the sample one (n - 1); a single seed shows none.
+``fairseq-posattn-pos-score --json``) and, where the recipe wrote it beside,
+``train.json`` (the epochs each run trained and the commit that trained it).
+The standard deviation is the sample one (n - 1); a single seed shows none.
+Beside the accuracy on all words stands Dufter et al.'s (2020) Table 2d value
+for the treebanks of the recipe.  ``--figure`` draws the development accuracy
+after every epoch against updates from the ``train.json`` files (as in the
+paper's Figure 2): a panel per treebank, a colour per variant, a line per seed.
 """
 
 import argparse
@@ -20,37 +26,128 @@ VARIANT_ORDER = ["san", "pe_con", "pe_add", "p", "r", "pr", "temp", "conv1d", "c
 LABELS = {"san": "SAN", "pe_con": "SAN+PE[con]", "pe_add": "SAN+PE[add]", "p": "SAN+P",
           "r": "SAN+R", "pr": "SAN+P+R", "temp": "SAN+PE[add]+Temp",
           "conv1d": "SAN+PE[add]+Conv", "conv2d": "SAN+PE[add]+Conv2d"}
+# Dufter et al. (2020), Table 2d: test accuracy on all words, mean over 3 seeds (UD v2.2)
+PAPER_TABLE_2D = {
+    "UD_Afrikaans-AfriBooms": {"pe_add": 92.11, "pr": 92.02, "temp": 92.06,
+                               "conv1d": 94.50, "conv2d": 94.75},
+    "UD_Hungarian-Szeged": {"pe_add": 87.38, "pr": 88.90, "temp": 88.76,
+                            "conv1d": 89.47, "conv2d": 89.97},
+    "UD_English-LinES": {"pe_add": 89.38, "pr": 89.53, "temp": 88.69,
+                         "conv1d": 93.34, "conv2d": 93.56},
+    "UD_Vietnamese-VTB": {"pe_add": 84.42, "pr": 84.77, "temp": 84.78,
+                          "conv1d": 86.29, "conv2d": 86.52},
+}
 METRICS = [("accuracy", "all"), ("oov_accuracy", "OOV"), ("ambiguous_accuracy", "ambiguous")]
 
 
-def treebank_table(directory: Path) -> str:
-    results = {}
+def load_runs(directory: Path):
+    """``{variant: [test.json]}`` and ``{variant: [train.json]}`` of a treebank's directory."""
+    results, trainings = {}, {}
     for path in sorted(directory.glob("*/seed*/test.json")):
-        results.setdefault(path.parent.parent.name, []).append(json.loads(path.read_text()))
-    variants = sorted(results, key=lambda v: (VARIANT_ORDER.index(v)
-                                              if v in VARIANT_ORDER else len(VARIANT_ORDER), v))
+        variant = path.parent.parent.name
+        results.setdefault(variant, []).append(json.loads(path.read_text()))
+        summary = path.with_name("train.json")
+        if summary.is_file():
+            trainings.setdefault(variant, []).append(json.loads(summary.read_text()))
+    return results, trainings
+
+
+def ordered(variants):
+    return sorted(variants, key=lambda v: (VARIANT_ORDER.index(v)
+                                           if v in VARIANT_ORDER else len(VARIANT_ORDER), v))
+
+
+def overview_table(directories) -> str:
+    """Accuracy on all words, treebanks by variants: ours (mean over seeds) and
+    Dufter et al.'s Table 2d value in parentheses where the paper has one."""
+    runs = {d.name: load_runs(d)[0] for d in directories}
+    variants = ordered({v for results in runs.values() for v in results})
+    lines = ["| treebank | " + " | ".join(LABELS.get(v, v) for v in variants) + " |",
+             "|---|" + "---:|" * len(variants)]
+    for treebank, results in runs.items():
+        paper = PAPER_TABLE_2D.get(treebank, {})
+        cells = []
+        for variant in variants:
+            values = [run["accuracy"] for run in results.get(variant, [])]
+            cell = f"{sum(values) / len(values):.2f}" if values else "–"
+            cells.append(cell + (f" ({paper[variant]:.2f})" if variant in paper else ""))
+        lines.append(f"| {treebank.removeprefix('UD_')} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def treebank_table(directory: Path) -> str:
+    results, trainings = load_runs(directory)
+    variants = ordered(results)
+    paper = PAPER_TABLE_2D.get(directory.name, {})
     first = next(iter(results.values()))[0]
     lines = [f"### {directory.name} (test: {first['words']} words, {first['oov']} OOV, "
              f"{first['ambiguous']} ambiguous)", "",
-             "| model | seeds | " + " | ".join(name for _, name in METRICS) + " |",
-             "|---|---:|" + "---:|" * len(METRICS)]
+             "| model | seeds | all | Dufter et al. | OOV | ambiguous | epochs |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
     for variant in variants:
         runs = results[variant]
-        cells = [format_mean_std([run[key] for run in runs]) for key, _ in METRICS]
-        label = LABELS.get(variant, variant)
-        lines.append(f"| {label} | {len(runs)} | " + " | ".join(cells) + " |")
+        all_words, *others = [format_mean_std([run[key] for run in runs]) for key, _ in METRICS]
+        reference = f"{paper[variant]:.2f}" if variant in paper else ""
+        epochs = ", ".join(str(t["epochs"]) for t in trainings.get(variant, []))
+        lines.append(f"| {LABELS.get(variant, variant)} | {len(runs)} | {all_words} | "
+                     f"{reference} | " + " | ".join(others) + f" | {epochs} |")
+    commits = sorted({t["settings"]["commit"][:7]
+                      for runs in trainings.values() for t in runs if "commit" in t["settings"]})
+    if commits:
+        lines += ["", f"Trained at commit {', '.join(commits)} (train.json)."]
     return "\n".join(lines)
+
+
+def plot_curves(directories, out: str) -> None:
+    """Development accuracy against updates: a panel per treebank, a colour per
+    variant, a line per seed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cols = min(2, len(directories))
+    rows = (len(directories) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(5.5 * cols, 4.0 * rows), squeeze=False,
+                             layout="constrained")
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for k, directory in enumerate(directories):
+        ax = axes[k // cols][k % cols]
+        trainings = load_runs(directory)[1]
+        for variant in ordered(trainings):
+            n = VARIANT_ORDER.index(variant) if variant in VARIANT_ORDER else len(VARIANT_ORDER)
+            for seed, summary in enumerate(trainings[variant]):
+                points = [(v["updates"], v["accuracy"]) for v in summary["validations"]
+                          if "accuracy" in v]
+                if points:
+                    ax.plot(*zip(*points), color=colours[n % len(colours)], linewidth=1,
+                            alpha=0.8, label=LABELS.get(variant, variant) if seed == 0 else None)
+        ax.set_title(directory.name.removeprefix("UD_"), fontsize="small")
+        ax.set_xlabel("updates")
+        ax.set_ylabel("dev accuracy (%)")
+        ax.grid(alpha=0.3)
+        if ax.lines:
+            ax.legend(fontsize="x-small")
+        else:
+            ax.text(0.5, 0.5, "no train.json", ha="center", va="center", transform=ax.transAxes)
+    for k in range(len(directories), rows * cols):
+        axes[k // cols][k % cols].set_visible(False)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="fairseq-posattn-pos-table",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("work", type=Path, help="the WORK directory of run.sh")
+    parser.add_argument("--figure", help="draw the development accuracy per epoch here (PNG)")
     args = parser.parse_args(argv)
     treebanks = sorted({p.parents[2] for p in args.work.glob("*/*/seed*/test.json")})
     if not treebanks:
         sys.exit(f"fairseq-posattn-pos-table: error: no */*/seed*/test.json under {args.work}")
-    print("\n\n".join(treebank_table(t) for t in treebanks))
+    print("\n\n".join([overview_table(treebanks)] + [treebank_table(t) for t in treebanks]))
+    if args.figure:
+        plot_curves(treebanks, args.figure)
 
 
 if __name__ == "__main__":
