@@ -45,6 +45,31 @@ def _time_unit(seconds: float):
     return "h", 3600.0
 
 
+def panel_grid(count: int, cols: int, panel_size, **subplots):
+    """A figure of ``count`` panels in rows of ``cols``: the figure and the
+    panels in reading order (the grid's unused places hidden)."""
+    cols = min(cols, count)
+    rows = (count + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(panel_size[0] * cols, panel_size[1] * rows),
+                             squeeze=False, layout="constrained", **subplots)
+    flat = [ax for row in axes for ax in row]
+    for ax in flat[count:]:
+        ax.set_visible(False)
+    return fig, flat[:count]
+
+
+def label_panel(ax, title: str, xlabel: str, ylabel: str, empty: str, legend_size="small"):
+    """Title, axis labels and grid; a legend, or ``empty`` where nothing was drawn."""
+    ax.set_title(title, fontsize="small")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    if ax.lines:
+        ax.legend(fontsize=legend_size)
+    else:
+        ax.text(0.5, 0.5, empty, ha="center", va="center", transform=ax.transAxes)
+
+
 def plot_runs(runs: Dict[str, List[Validation]], metrics: Sequence[str], out: str,
               subset: str = "valid", dpi: int = 100) -> None:
     """One row per metric, columns: against updates, against wall-clock time."""

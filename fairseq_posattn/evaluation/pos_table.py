@@ -101,18 +101,11 @@ def treebank_table(directory: Path) -> str:
 def plot_curves(directories, out: str) -> None:
     """Development accuracy against updates: a panel per treebank, a colour per
     variant, a line per seed."""
-    import matplotlib
+    from ..analysis.plot_curves import label_panel, panel_grid, plt
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    cols = min(2, len(directories))
-    rows = (len(directories) + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(5.5 * cols, 4.0 * rows), squeeze=False,
-                             layout="constrained")
+    fig, axes = panel_grid(len(directories), 2, (5.5, 4.0))
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for k, directory in enumerate(directories):
-        ax = axes[k // cols][k % cols]
+    for ax, directory in zip(axes, directories):
         trainings = load_runs(directory)[1]
         for variant in ordered(trainings):
             n = VARIANT_ORDER.index(variant) if variant in VARIANT_ORDER else len(VARIANT_ORDER)
@@ -122,16 +115,8 @@ def plot_curves(directories, out: str) -> None:
                 if points:
                     ax.plot(*zip(*points), color=colours[n % len(colours)], linewidth=1,
                             alpha=0.8, label=LABELS.get(variant, variant) if seed == 0 else None)
-        ax.set_title(directory.name.removeprefix("UD_"), fontsize="small")
-        ax.set_xlabel("updates")
-        ax.set_ylabel("dev accuracy (%)")
-        ax.grid(alpha=0.3)
-        if ax.lines:
-            ax.legend(fontsize="x-small")
-        else:
-            ax.text(0.5, 0.5, "no train.json", ha="center", va="center", transform=ax.transAxes)
-    for k in range(len(directories), rows * cols):
-        axes[k // cols][k % cols].set_visible(False)
+        label_panel(ax, directory.name.removeprefix("UD_"), "updates", "dev accuracy (%)",
+                    "no train.json", "x-small")
     fig.savefig(out, dpi=100)
     plt.close(fig)
 

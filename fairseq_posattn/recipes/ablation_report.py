@@ -183,33 +183,17 @@ def markdown(args, data: Dict[str, object]) -> str:
 
 def plot(args, data: Dict[str, object], out: str) -> None:
     """Validation loss against updates, a panel per row, a line per seed."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from ..analysis.plot_curves import label_panel, panel_grid, plt
 
     rows = list(data["rows"].items())
-    cols = min(3, len(rows))
-    nrows = (len(rows) + cols - 1) // cols
-    fig, axes = plt.subplots(nrows, cols, figsize=(4.2 * cols, 3.2 * nrows), squeeze=False,
-                             sharex=True, sharey=True, layout="constrained")
-    for k, (label, row) in enumerate(rows):
-        ax = axes[k // cols][k % cols]
+    fig, axes = panel_grid(len(rows), 3, (4.2, 3.2), sharex=True, sharey=True)
+    for ax, (label, row) in zip(axes, rows):
         for seed in args.seeds:
             summary = data["runs"].get((label, seed))
             if summary:
                 points = [(v["updates"], v["loss"]) for v in summary["validations"]]
                 ax.plot(*zip(*points), marker="o", markersize=3, label=f"seed {seed}")
-        ax.set_title(f"{label}: {row.name}", fontsize="small")
-        ax.grid(alpha=0.3)
-        ax.set_xlabel("updates")
-        ax.set_ylabel("validation loss")
-        if ax.lines:
-            ax.legend(fontsize="small")
-        else:
-            ax.text(0.5, 0.5, "not run", ha="center", va="center", transform=ax.transAxes)
-    for k in range(len(rows), nrows * cols):
-        axes[k // cols][k % cols].set_visible(False)
+        label_panel(ax, f"{label}: {row.name}", "updates", "validation loss", "not run")
     fig.savefig(out, dpi=100)
     plt.close(fig)
 
