@@ -260,6 +260,30 @@ def test_tagger_output_does_not_depend_on_padding_or_batch(treebank, arch):
         assert torch.allclose(model(**left)[0, pads:], expected, atol=1e-5)
 
 
+@pytest.mark.parametrize("arch, sees_order", [("posattn_tagger_san", False),
+                                               ("posattn_tagger", True),
+                                               ("posattn_tagger_pe_con", True),
+                                               ("posattn_tagger_pr", True)])
+def test_only_the_san_row_is_blind_to_word_order(treebank, arch, sees_order):
+    """SAN (Dufter et al. 2020, Table 2b) has no position information at all:
+    permuting a sentence's words permutes its tag scores and changes nothing
+    else; every row with positions tells the orders apart."""
+    torch.manual_seed(0)
+    task, model = build_tagger(treebank, arch)
+    task.load_dataset("test")
+    dataset = task.dataset("test")
+    net = dataset.collater([dataset[int(np.argmax(dataset.sizes))]])["net_input"]
+    n = int(net["src_lengths"][0])
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(1))
+    permuted = {**net, "src_tokens": net["src_tokens"][:, order],
+                "src_chars": net["src_chars"][:, order]}
+    with torch.no_grad():
+        expected = model(**net)[0][order]
+        got = model(**permuted)[0]
+    assert not torch.equal(order, torch.arange(n))
+    assert torch.allclose(got, expected, atol=1e-5) != sees_order
+
+
 def test_named_rows_select_their_options(treebank):
     assert set(TAGGER_ROWS) >= {f"posattn_tagger_{row}" for row in
                                 ("san", "pe_con", "p", "r", "pr", "temp", "conv1d", "conv2d")}
