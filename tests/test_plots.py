@@ -13,7 +13,7 @@ from PIL import Image
 from conftest import train_tiny
 
 from fairseq_posattn.analysis import plot_attention, plot_curves
-from fairseq_posattn.recipes.train_log import parse_log, read_log
+from fairseq_posattn.recipes.train_log import parse_log, read_log, summarize
 from fairseq_posattn.analysis.attention_maps import recorded_attention, sentence_attention
 from fairseq_posattn.analysis.source import CheckpointEncoder
 from fairseq_posattn.modules.attention import PositionAwareSelfAttention
@@ -120,6 +120,26 @@ def test_learning_curves_of_two_runs(struct_run, tmp_path, capsys):
     # rows: loss and BLEU; columns: updates and wall time; 5 x 3.5 inches each
     assert png_size(png) == (2 * 5 * 40, 2 * 3.5 * 40)
     assert f"{png}: loss, bleu of 2 runs" in capsys.readouterr().out
+
+
+def test_a_training_summary_draws_like_its_log(tmp_path, capsys):
+    """The summaries the recipes commit keep each validation's metrics and wall
+    time, so curves can be drawn from them without the log."""
+    import json
+
+    log = tmp_path / "run.log"
+    log.write_text(SNIPPET)
+    summary = tmp_path / "run.train.json"
+    summary.write_text(json.dumps(summarize(SNIPPET.splitlines(keepends=True), "run.log"), indent=1))
+    from_log, from_summary = read_log(str(log)), read_log(str(summary))
+    assert [(v.updates, v.epoch, v.metrics) for v in from_summary] == [
+        (v.updates, v.epoch, {k: x for k, x in v.metrics.items() if k != "best_loss"})
+        for v in from_log]
+    assert [v.wall for v in from_summary] == [30, 55, 300, None]
+    runs = plot_curves.main([str(summary), "--out", str(tmp_path / "c.png"), "--dpi", "40"])
+    assert [v.updates for v in runs["run.train"]] == [150, 300, 400, 450]
+    with pytest.raises(ValueError, match="keeps the 'valid' validations only"):
+        read_log(str(summary), subset="valid1")
 
 
 def test_default_labels_tell_runs_apart(tmp_path):

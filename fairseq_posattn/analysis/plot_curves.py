@@ -3,7 +3,9 @@
     fairseq-posattn-plot-curves base/train.log struct/train.log \\
         --label base --label struct --out curves.png
 
-Logs are read by :mod:`fairseq_posattn.recipes.train_log`.
+Logs are read by :mod:`fairseq_posattn.recipes.train_log`, which also reads
+the training summaries the recipes commit (``fairseq-posattn-train-log
+--out``, e.g. ``docs/results/*/...train.json``) in place of a log.
 
 The figure has one row per metric (validation loss, and BLEU when a run
 logged it, i.e. trained with ``--eval-bleu``; ``--metric`` picks others such
@@ -103,7 +105,8 @@ def plot_runs(runs: Dict[str, List[Validation]], metrics: Sequence[str], out: st
 def main(argv=None) -> Dict[str, List[Validation]]:
     parser = argparse.ArgumentParser(prog="fairseq-posattn-plot-curves",
                                      description=__doc__.split("\n\n")[0])
-    parser.add_argument("logs", nargs="+", help="fairseq-train --log-format json output files")
+    parser.add_argument("logs", nargs="+", help="fairseq-train --log-format json output files, "
+                        "or training summaries (fairseq-posattn-train-log --out)")
     parser.add_argument("--label", action="append",
                         help="name of a run in the legend, once per log in order "
                              "(default: the file names)")

@@ -147,13 +147,28 @@ def parse_log(lines: Sequence[str], name: str, subset: str = "valid") -> List[Va
 
 
 def read_log(path: str, subset: str = "valid") -> List[Validation]:
+    """The validations of a training log, or of a summary of one (the JSON that
+    :func:`summarize` writes; its validations are of the ``valid`` subset)."""
     with open(path, encoding="utf-8", errors="replace") as f:
-        return parse_log(f.readlines(), path, subset)
+        lines = f.readlines()
+    if lines and lines[0].lstrip().startswith("{"):
+        return summary_validations(json.loads("".join(lines)), path, subset)
+    return parse_log(lines, path, subset)
+
+
+def summary_validations(summary: Dict[str, object], name: str, subset: str) -> List[Validation]:
+    """The validations a summary keeps (no log lines: ``line`` is their number)."""
+    if subset != "valid" or not summary.get("validations"):
+        raise ValueError(f"{name}: a training summary keeps the 'valid' validations only"
+                         if subset != "valid" else f"{name}: a training summary without validations")
+    return [Validation(number, v["updates"], {k: v[k] for k in SUMMARY_METRICS if k in v},
+                       wall=v.get("wall"), epoch=v.get("epoch"))
+            for number, v in enumerate(summary["validations"], 1)]
 
 START = re.compile(r"fairseq-train started (?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
 TIMESTAMP = re.compile(r"^(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) \|")
 # the validation metrics a summary keeps (as the criterion logs them)
-SUMMARY_METRICS = ("loss", "nll_loss", "ppl", "accuracy", "f1", "oov_accuracy",
+SUMMARY_METRICS = ("loss", "nll_loss", "ppl", "bleu", "accuracy", "f1", "oov_accuracy",
                    "ambiguous_accuracy")
 PARAMS = re.compile(r"num\. (?:shared )?model params: (?P<count>[\d,]+)")
 
@@ -178,7 +193,8 @@ def training_seconds(lines: Sequence[str]) -> Optional[float]:
 
 
 def summarize(lines: Sequence[str], name: str) -> Dict[str, object]:
-    """Updates, wall time, parameters and the validation loss per epoch of one log."""
+    """Updates, wall time, parameters and the validation metrics (with their wall
+    time, where the log has it) per epoch of one log."""
     validations = parse_log(lines, name)
     params = [int(m["count"].replace(",", "")) for m in map(PARAMS.search, lines) if m]
     seconds = training_seconds(lines)
@@ -189,6 +205,7 @@ def summarize(lines: Sequence[str], name: str) -> Dict[str, object]:
         "parameters": params[-1] if params else None,
         "validations": [
             {"epoch": v.epoch, "updates": v.updates,
+             **({} if v.wall is None else {"wall": round(v.wall)}),
              **{k: v.metrics[k] for k in SUMMARY_METRICS if k in v.metrics}}
             for v in validations
         ],
