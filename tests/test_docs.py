@@ -925,7 +925,7 @@ def test_link_check_reports(text):
 
 
 def test_link_check_accepts_real_links():
-    text = "![curves](figures/pos_tagging_curves_en_lines.png) [readme](../README.md#x) [web](https://x.org)\n"
+    text = "![curves](figures/pos_tagging_curves.png) [readme](../README.md#x) [web](https://x.org)\n"
     assert not check_links("docs/fake.md", text, REPO / "docs")
 
 

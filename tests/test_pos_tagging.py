@@ -415,7 +415,7 @@ def test_pos_table_gives_mean_and_sample_std_in_the_papers_row_order(tmp_path, c
                         {"epochs": 10 + seed, "settings": {"commit": "abcdef0123", "seed": seed}}))
     pos_table.main([str(tmp_path)])
     out = capsys.readouterr().out
-    overview, afrikaans, other = out.split("\n\n### ")
+    overview, afrikaans, other = out.split("\n\n#### ")
     # the overview: our mean beside Dufter et al.'s Table 2d value where it has one
     assert overview.splitlines()[2:] == [
         "| Afrikaans-AfriBooms | 82.00 | 90.00 (92.11) | 95.50 (94.75) |",

@@ -1,7 +1,12 @@
-"""The measured Multi30k table in docs/results.md is what sacreBLEU gives for
-the committed hypothesis files (docs/results/multi30k) against the raw
-references.  Runs when MULTI30K_DIR names the directory with the raw Multi30k
-task 1 references (val.de, test_2016_flickr.de); skipped otherwise."""
+"""The measured tables in the docs are what their commands give for the
+committed run outputs under docs/results.
+
+* The PoS tables of docs/evaluations.md are what ``fairseq-posattn-pos-table``
+  prints for docs/results/pos_tagging.
+* The Multi30k table of docs/results.md is what sacreBLEU gives for the
+  committed hypothesis files (docs/results/multi30k) against the raw
+  references.  Runs when MULTI30K_DIR names the directory with the raw
+  Multi30k task 1 references (val.de, test_2016_flickr.de); skipped otherwise."""
 
 import os
 import re
@@ -12,8 +17,10 @@ from sacrebleu.metrics import BLEU
 
 from conftest import REPO
 
+from fairseq_posattn.evaluation import pos_table
+
 REFERENCES = Path(os.environ.get("MULTI30K_DIR", "/nonexistent"))
-pytestmark = pytest.mark.skipif(
+needs_references = pytest.mark.skipif(
     not (REFERENCES / "val.de").is_file(),
     reason="set MULTI30K_DIR=<directory with the raw Multi30k val.de, test_2016_flickr.de>")
 
@@ -38,6 +45,7 @@ def table_rows(text):
     return rows
 
 
+@needs_references
 def test_every_score_in_the_table_is_sacrebleus_on_the_committed_file():
     text = (REPO / "docs" / "results.md").read_text(encoding="utf-8")
     rows = table_rows(SECTION.search(text)[1])
@@ -53,3 +61,14 @@ def test_every_score_in_the_table_is_sacrebleus_on_the_committed_file():
                 assert round(BLEU().corpus_score(hyps, [refs]).score, 2) == score, hyp
                 checked += 1
     assert checked > 0
+
+
+POS_SECTION = re.compile(r"<!-- pos-tagging-table -->(.*?)<!-- end pos-tagging-table -->", re.S)
+
+
+def test_the_pos_tables_are_what_the_command_prints_for_the_committed_runs(capsys):
+    text = (REPO / "docs" / "evaluations.md").read_text(encoding="utf-8")
+    pos_table.main([str(REPO / "docs" / "results" / "pos_tagging")])
+    printed = capsys.readouterr().out.strip()
+    assert printed.count("### UD_") == 4
+    assert POS_SECTION.search(text)[1].strip() == printed

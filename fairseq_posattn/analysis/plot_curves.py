@@ -57,6 +57,8 @@ def panel_grid(count: int, cols: int, panel_size, **subplots):
     flat = [ax for row in axes for ax in row]
     for ax in flat[count:]:
         ax.set_visible(False)
+    for ax in flat[:count]:  # shared axes label only the bottom row, which may be hidden
+        ax.tick_params(labelbottom=True)
     return fig, flat[:count]
 
 

@@ -80,7 +80,7 @@ def treebank_table(directory: Path) -> str:
     variants = ordered(results)
     paper = PAPER_TABLE_2D.get(directory.name, {})
     first = next(iter(results.values()))[0]
-    lines = [f"### {directory.name} (test: {first['words']} words, {first['oov']} OOV, "
+    lines = [f"#### {directory.name} (test: {first['words']} words, {first['oov']} OOV, "
              f"{first['ambiguous']} ambiguous)", "",
              "| model | seeds | all | Dufter et al. | OOV | ambiguous | epochs |",
              "|---|---:|---:|---:|---:|---:|---:|"]
