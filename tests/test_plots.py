@@ -2,6 +2,7 @@
 fairseq-posattn-plot-attention (attention maps beside the dependency arcs),
 and the attention recording they rest on."""
 
+import json
 import logging
 import math
 
@@ -125,8 +126,6 @@ def test_learning_curves_of_two_runs(struct_run, tmp_path, capsys):
 def test_a_training_summary_draws_like_its_log(tmp_path, capsys):
     """The summaries the recipes commit keep each validation's metrics and wall
     time, so curves can be drawn from them without the log."""
-    import json
-
     log = tmp_path / "run.log"
     log.write_text(SNIPPET)
     summary = tmp_path / "run.train.json"

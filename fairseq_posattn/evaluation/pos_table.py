@@ -52,19 +52,24 @@ def load_runs(directory: Path):
     return results, trainings
 
 
+def variant_rank(variant: str) -> int:
+    """The variant's place in the paper's row order (unknown variants last)."""
+    return VARIANT_ORDER.index(variant) if variant in VARIANT_ORDER else len(VARIANT_ORDER)
+
+
 def ordered(variants):
-    return sorted(variants, key=lambda v: (VARIANT_ORDER.index(v)
-                                           if v in VARIANT_ORDER else len(VARIANT_ORDER), v))
+    return sorted(variants, key=lambda v: (variant_rank(v), v))
 
 
-def overview_table(directories) -> str:
+def overview_table(runs) -> str:
     """Accuracy on all words, treebanks by variants: ours (mean over seeds) and
-    Dufter et al.'s Table 2d value in parentheses where the paper has one."""
-    runs = {d.name: load_runs(d)[0] for d in directories}
-    variants = ordered({v for results in runs.values() for v in results})
+    Dufter et al.'s Table 2d value in parentheses where the paper has one.
+    ``runs``: ``{treebank directory: load_runs(directory)}``."""
+    variants = ordered({v for results, _ in runs.values() for v in results})
     lines = ["| treebank | " + " | ".join(LABELS.get(v, v) for v in variants) + " |",
              "|---|" + "---:|" * len(variants)]
-    for treebank, results in runs.items():
+    for directory, (results, _) in runs.items():
+        treebank = directory.name
         paper = PAPER_TABLE_2D.get(treebank, {})
         cells = []
         for variant in variants:
@@ -75,8 +80,8 @@ def overview_table(directories) -> str:
     return "\n".join(lines)
 
 
-def treebank_table(directory: Path) -> str:
-    results, trainings = load_runs(directory)
+def treebank_table(directory: Path, results, trainings) -> str:
+    """The table of one treebank from its ``load_runs``."""
     variants = ordered(results)
     paper = PAPER_TABLE_2D.get(directory.name, {})
     first = next(iter(results.values()))[0]
@@ -98,17 +103,16 @@ def treebank_table(directory: Path) -> str:
     return "\n".join(lines)
 
 
-def plot_curves(directories, out: str) -> None:
+def plot_curves(runs, out: str) -> None:
     """Development accuracy against updates: a panel per treebank, a colour per
-    variant, a line per seed."""
+    variant, a line per seed.  ``runs`` as for :func:`overview_table`."""
     from ..analysis.plot_curves import label_panel, panel_grid, plt
 
-    fig, axes = panel_grid(len(directories), 2, (5.5, 4.0))
+    fig, axes = panel_grid(len(runs), 2, (5.5, 4.0))
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for ax, directory in zip(axes, directories):
-        trainings = load_runs(directory)[1]
+    for ax, (directory, (_, trainings)) in zip(axes, runs.items()):
         for variant in ordered(trainings):
-            n = VARIANT_ORDER.index(variant) if variant in VARIANT_ORDER else len(VARIANT_ORDER)
+            n = variant_rank(variant)
             for seed, summary in enumerate(trainings[variant]):
                 points = [(v["updates"], v["accuracy"]) for v in summary["validations"]
                           if "accuracy" in v]
@@ -130,9 +134,10 @@ def main(argv=None):
     treebanks = sorted({p.parents[2] for p in args.work.glob("*/*/seed*/test.json")})
     if not treebanks:
         sys.exit(f"fairseq-posattn-pos-table: error: no */*/seed*/test.json under {args.work}")
-    print("\n\n".join([overview_table(treebanks)] + [treebank_table(t) for t in treebanks]))
+    runs = {treebank: load_runs(treebank) for treebank in treebanks}
+    print("\n\n".join([overview_table(runs)] + [treebank_table(t, *runs[t]) for t in treebanks]))
     if args.figure:
-        plot_curves(treebanks, args.figure)
+        plot_curves(runs, args.figure)
 
 
 if __name__ == "__main__":

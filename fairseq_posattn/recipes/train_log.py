@@ -158,12 +158,14 @@ def read_log(path: str, subset: str = "valid") -> List[Validation]:
 
 def summary_validations(summary: Dict[str, object], name: str, subset: str) -> List[Validation]:
     """The validations a summary keeps (no log lines: ``line`` is their number)."""
-    if subset != "valid" or not summary.get("validations"):
-        raise ValueError(f"{name}: a training summary keeps the 'valid' validations only"
-                         if subset != "valid" else f"{name}: a training summary without validations")
+    if subset != "valid":
+        raise ValueError(f"{name}: a training summary keeps the 'valid' validations only")
+    if not summary.get("validations"):
+        raise ValueError(f"{name}: a training summary without validations")
     return [Validation(number, v["updates"], {k: v[k] for k in SUMMARY_METRICS if k in v},
                        wall=v.get("wall"), epoch=v.get("epoch"))
             for number, v in enumerate(summary["validations"], 1)]
+
 
 START = re.compile(r"fairseq-train started (?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
 TIMESTAMP = re.compile(r"^(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) \|")
