@@ -54,6 +54,7 @@ setup(
             "fairseq-posattn-bench-recurrent = fairseq_posattn.bench.recurrent:cli_main",
             "fairseq-posattn-bench-collate = fairseq_posattn.bench.collate:main",
             "fairseq-posattn-bench-structure = fairseq_posattn.bench.structure:cli_main",
+            "fairseq-posattn-bench-compile = fairseq_posattn.bench.compiled:cli_main",
             "fairseq-posattn-param-count = fairseq_posattn.analysis.param_count:cli_main",
             "fairseq-posattn-plot-curves = fairseq_posattn.analysis.plot_curves:cli_main",
             "fairseq-posattn-plot-attention = fairseq_posattn.analysis.plot_attention:cli_main",

@@ -30,6 +30,16 @@ def restore_root_logging():
     root.handlers[:] = handlers
     root.setLevel(level)
 
+def pytest_configure(config):
+    """Under pytest-xdist, share the cores among the workers: torch in each
+    worker gets its part of them, not all of them."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        import torch
+
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+
+
 # module- or session-scoped fixtures that train a model with fairseq-train
 TRAINING_FIXTURES = {"struct_checkpoint", "struct_run", "hybrid_checkpoint",
                      "trained_checkpoints", "odd_checkpoint"}

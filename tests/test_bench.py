@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from fairseq_posattn.bench import compiled
 from fairseq_posattn.bench import models as bench
 
 pytestmark = pytest.mark.slow  # command lines, recipes, training
@@ -64,3 +65,19 @@ def test_profile_reports_the_parts_of_a_hybrid(capsys):
 def test_unknown_row_is_refused():
     with pytest.raises(SystemExit, match="unknown --rows"):
         bench.run(bench.get_parser().parse_args(TINY + ["--rows", "nonsense"]))
+
+
+def test_compile_bench_checks_that_compiled_computes_the_same(tmp_path, capsys):
+    out = tmp_path / "compile.json"
+    (row,) = compiled.main(["--rows", "onlstm", "--embed-dim", "8", "--batches", "2", "--max-tokens", "24",
+                            "--min-length", "4", "--max-length", "8", "--repeats", "1", "--json", str(out)])
+    assert row["row"] == "onlstm" and row["max_abs_diff"] < 1e-5
+    assert row["compiled"]["graphs"] >= 1 and row["compiled"]["graphs_after_first_pass"] == 0
+    assert row["train_ratio"] == pytest.approx(row["compiled"]["train_s"] / row["eager"]["train_s"])
+    assert "onlstm" in capsys.readouterr().out
+    assert json.loads(out.read_text())["rows"][0]["row"] == "onlstm"
+
+
+def test_compile_bench_refuses_an_unknown_row():
+    with pytest.raises(SystemExit, match="unknown --rows"):
+        compiled.main(["--rows", "onlstm,nope"])

@@ -7,5 +7,9 @@ same run (absolute times on shared machines mean little):
 * :mod:`.recurrent` (``fairseq-posattn-bench-recurrent``): the LSTM and
   ON-LSTM layers against ``torch.nn.LSTM``;
 * :mod:`.collate` (``fairseq-posattn-bench-collate``): the tree part of the
-  ``translation_struct`` collater.
+  ``translation_struct`` collater;
+* :mod:`.structure` (``fairseq-posattn-bench-structure``): the structure
+  pipeline at scale beside fairseq's own preprocessing and task;
+* :mod:`.compiled` (``fairseq-posattn-bench-compile``): ``torch.compile``
+  against eager on a stream of fairseq-like batch shapes.
 """

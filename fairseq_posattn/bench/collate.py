@@ -8,7 +8,8 @@ the ``translation_struct`` collater calls it.  Prints sentences per second on
 one thread (``torch.set_num_threads(1)``) of ``batch_piece_structure`` alone,
 of fairseq's ``LanguagePairDataset`` collater, and of the whole
 ``TreeLanguagePairDataset`` collater (fairseq's + trees laid out like the
-left-padded tokens).
+left-padded tokens), and the bytes per sentence of the batch's structure
+tensors (depths and relative positions) against what int64 would take.
 """
 
 import argparse
@@ -88,6 +89,21 @@ def main(argv=None) -> None:
         items = [[dataset[i] for i in indices] for indices in index_batches]
         rate = sentences_per_second(dataset.collater, items, args.batch, args.seconds)
         print("%s: %.0f sentences/s" % (name, rate))
+    print(structure_bytes(dataset, items))
+
+
+def structure_bytes(dataset, items) -> str:
+    """Bytes per sentence of the structure tensors of the collated batches, and as int64."""
+    stored = as_int64 = sentences = 0
+    for batch in map(dataset.collater, items):
+        for key in ("src_depths", "src_structural_positions"):
+            tensor = batch["net_input"][key]
+            stored += tensor.numel() * tensor.element_size()
+            as_int64 += tensor.numel() * 8
+        sentences += batch["nsentences"]
+    dtypes = sorted({str(batch["net_input"][k].dtype) for k in ("src_depths", "src_structural_positions")})
+    return "structure in the batch: %.0f bytes/sentence (%s); as int64: %.0f bytes/sentence" % (
+        stored / sentences, ", ".join(dtypes), as_int64 / sentences)
 
 if __name__ == "__main__":
     main()

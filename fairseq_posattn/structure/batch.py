@@ -183,9 +183,8 @@ def _structure(n_words, flat_heads, word_pos, n_pieces, flat_pw, piece_pos, rule
     dq, dk = depth.astype(small)[:, :, None], depth.astype(small)[:, None, :]
     sign = np.sign(nodes[None, :] - nodes[:, None]).astype(small)
     rel_words = dk + dq  # words on different paths: sign(k - q) (d_k + d_q)
-    if rule == "figure":  # one path: sign(k - q) |d_k - d_q|
-        near = np.abs(dk - dq)
-        np.copyto(rel_words, near, where=on_path)
+    if rule == "figure":  # one path: sign(k - q) |d_k - d_q| = sign(k - q) (d_k + d_q - 2 min)
+        rel_words -= 2 * np.minimum(dk, dq) * on_path
         rel_words *= sign
     else:  # one path: d_k - d_q
         rel_words *= sign
@@ -205,10 +204,13 @@ def _structure(n_words, flat_heads, word_pos, n_pieces, flat_pw, piece_pos, rule
     word[sent_p, offset[sent_p] + piece_pos[keep]] = flat_pw[keep]
     if append_eos:
         word[np.arange(B), offset + kept] = W
-    at = (rows * W2 + word) * W2  # one flat index into rel_words per (b, q, k)
-    rel = rel_words.reshape(-1).take(at[:, :, None] + word[:, None, :])
-    depths = np.take_along_axis(depth, word, 1).astype(smallest_int_type(W))
-    return torch.from_numpy(depths), torch.from_numpy(rel), torch.from_numpy(lengths)
+    # the rows of the pieces' words (whole rows copied), then their columns
+    # (an expanded index: nothing [B, L, L] but the result is allocated)
+    word_rows = (rows * W2 + word).reshape(-1)
+    rel = torch.from_numpy(rel_words).view(B * W2, W2).index_select(0, torch.from_numpy(word_rows))
+    rel = torch.gather(rel.view(B, L, W2), 2, torch.from_numpy(word)[:, None, :].expand(B, L, L))
+    depths = depth.reshape(-1).take(word_rows).astype(smallest_int_type(W)).reshape(B, L)
+    return torch.from_numpy(depths), rel, torch.from_numpy(lengths)
 
 
 def smallest_int_type(largest: int) -> np.dtype:

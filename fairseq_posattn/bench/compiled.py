@@ -1,0 +1,246 @@
+"""``torch.compile`` (inductor) as a way to fuse the element-wise work, measured.
+
+    fairseq-posattn-bench-compile                       # rows shaw, struct, bilan, conv2d, onlstm
+    fairseq-posattn-bench-compile --rows struct --batches 6 --max-tokens 2048
+
+fairseq's batches change shape every update (B sentences of T tokens, sorted
+by length, B x T up to ``--max-tokens``), and a compiled module recompiles
+for a new shape until dynamo has marked its dimensions dynamic.  For each
+row, eager and compiled, over one stream of such batches, this measures
+
+* the compile cost: the first pass over the stream, beyond the eager first
+  pass, and the graphs dynamo compiled (each after the first is a
+  recompilation), the graph breaks, and the graphs compiled for a batch
+  shape met a second time (should be none);
+* that compiled computes what eager computes: the largest difference of
+  their inference outputs on the first batch (the same weights, eval mode);
+* the steady state: a training step (forward, backward of the output's sum)
+  and an inference step (``no_grad``, eval mode), summed over the stream,
+  median over ``--repeats`` further passes, and compiled / eager.
+
+Rows:
+
+* attention rows, labels of ``fairseq-posattn-bench`` (``shaw``, ``struct``,
+  ``bilan``, ``conv2d``, ``temp``, ...): the model's encoder (embeddings,
+  attention layers with their bias and post-softmax terms, feed-forward
+  layers) eager, and compiled whole with ``torch.compile(encoder)``;
+* ``onlstm``: one bidirectional ON-LSTM layer (Hao et al. 2019, Eq. 3-9);
+  eager is the package's path (TorchScript recurrence, hand-written
+  backward), compiled runs the same recurrence and backward written as
+  plain Python, compiled by inductor.
+"""
+
+import argparse
+import json
+import logging
+import statistics
+import time
+from contextlib import contextmanager
+from types import SimpleNamespace
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+import torch
+
+from ..models.from_flags import stand_in_dictionary
+from ..modules import recurrent
+from .models import ROW_BY_LABEL, build_model, make_batch, make_trees
+
+DEFAULT_ROWS = "shaw,struct,bilan,conv2d,onlstm"
+
+
+def batch_shapes(count: int, max_tokens: int, min_length: int, max_length: int, seed: int) -> List[tuple]:
+    """``count`` (B, T) shapes of fairseq-like batches: T uniform, B = max_tokens // T."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(min_length, max_length + 1, size=count)
+    return [(max(1, max_tokens // int(t)), int(t)) for t in lengths]
+
+
+class EncoderRow:
+    """A model's encoder on left-padded batches (trees for the struct row)."""
+
+    def __init__(self, label: str, settings, shapes):
+        row = ROW_BY_LABEL[label]
+        dictionary = stand_in_dictionary(settings.vocab)
+        torch.manual_seed(settings.seed)
+        self.encoder = build_model(row, settings, dictionary).encoder
+        self.inputs = []
+        for i, (b, t) in enumerate(shapes):
+            src, lengths, _, _ = make_batch(SimpleNamespace(batch=b, length=t, seed=settings.seed + i),
+                                            dictionary, torch.device("cpu"))
+            trees = make_trees(lengths, t, settings.seed + i) if row.trees else {}
+            self.inputs.append((src, lengths, trees))
+        self.run = self.encoder
+
+    def compile(self):
+        self.run = torch.compile(self.encoder)
+
+    def step(self, i: int, train: bool) -> torch.Tensor:
+        src, lengths, trees = self.inputs[i]
+        self.encoder.train(train)
+        out = self.run(src, lengths, **trees)["encoder_out"][0]
+        if train:
+            out.float().sum().backward()
+            self.encoder.zero_grad(set_to_none=True)
+        return out
+
+
+class ONLSTMRow:
+    """One bidirectional ON-LSTM layer on right-padded batches."""
+
+    def __init__(self, settings, shapes):
+        torch.manual_seed(settings.seed)
+        self.layer = recurrent.RecurrentLayer(settings.embed_dim, "onlstm")
+        g = torch.Generator().manual_seed(settings.seed)
+        self.inputs = []
+        for b, t in shapes:
+            lengths = torch.randint(t // 2, t + 1, (b,), generator=g)
+            lengths[0] = t
+            self.inputs.append((torch.randn(t, b, settings.embed_dim, generator=g, requires_grad=True), lengths))
+        self.compiled = None
+
+    def compile(self):
+        self.compiled = (torch.compile(recurrent._onlstm_forward_eager),
+                         torch.compile(recurrent._onlstm_backward_eager))
+
+    @contextmanager
+    def _recurrence(self):
+        if self.compiled is None:
+            yield
+            return
+        scripted = recurrent._onlstm_forward, recurrent._onlstm_backward
+        recurrent._onlstm_forward, recurrent._onlstm_backward = self.compiled
+        try:
+            yield
+        finally:
+            recurrent._onlstm_forward, recurrent._onlstm_backward = scripted
+
+    def step(self, i: int, train: bool) -> torch.Tensor:
+        x, lengths = self.inputs[i]
+        with self._recurrence():
+            if not train:
+                with torch.no_grad():
+                    return self.layer(x, lengths)
+            out = self.layer(x, lengths)
+            out.sum().backward()
+            self.layer.zero_grad(set_to_none=True)
+            x.grad = None
+            return out
+
+
+def _pass(row, count: int) -> tuple:
+    """Seconds of one training pass and one inference pass over the stream."""
+    start = time.perf_counter()
+    for i in range(count):
+        row.step(i, train=True)
+    middle = time.perf_counter()
+    with torch.no_grad():
+        for i in range(count):
+            row.step(i, train=False)
+    return middle - start, time.perf_counter() - middle
+
+
+def _dynamo_counts() -> Dict[str, int]:
+    from torch._dynamo.utils import counters
+
+    return {"graphs": int(counters["stats"]["unique_graphs"]),
+            "graph_breaks": int(sum(counters["graph_break"].values()))}
+
+
+def measure(label: str, settings, shapes) -> dict:
+    """Eager and compiled figures of one row over the stream ``shapes``."""
+    torch._dynamo.reset()
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    result = {"row": label}
+    outputs = {}
+    for mode in ("eager", "compiled"):
+        row = ONLSTMRow(settings, shapes) if label == "onlstm" else EncoderRow(label, settings, shapes)
+        if mode == "compiled":
+            row.compile()
+        first = _pass(row, len(shapes))
+        with torch.no_grad():
+            outputs[mode] = row.step(0, train=False).float()
+        after_first = _dynamo_counts()
+        passes = [_pass(row, len(shapes)) for _ in range(settings.repeats)]
+        result[mode] = {
+            "first_pass_s": sum(first),
+            "train_s": statistics.median(p[0] for p in passes),
+            "infer_s": statistics.median(p[1] for p in passes),
+        }
+        if mode == "compiled":
+            later = _dynamo_counts()
+            result[mode].update(after_first)
+            result[mode]["graphs_after_first_pass"] = later["graphs"] - after_first["graphs"]
+    eager, compiled = result["eager"], result["compiled"]
+    result["max_abs_diff"] = (outputs["compiled"] - outputs["eager"]).abs().max().item()
+    result["compile_s"] = compiled["first_pass_s"] - eager["first_pass_s"]
+    result["train_ratio"] = compiled["train_s"] / eager["train_s"]
+    result["infer_ratio"] = compiled["infer_s"] / eager["infer_s"]
+    return result
+
+
+def get_parser():
+    p = argparse.ArgumentParser(prog="fairseq-posattn-bench-compile", description=__doc__.split("\n\n")[0])
+    p.add_argument("--rows", default=DEFAULT_ROWS, help="comma-separated: onlstm and fairseq-posattn-bench row labels")
+    p.add_argument("--batches", type=int, default=6, help="batch shapes in the stream")
+    p.add_argument("--max-tokens", type=int, default=2048)
+    p.add_argument("--min-length", type=int, default=16)
+    p.add_argument("--max-length", type=int, default=64)
+    p.add_argument("--repeats", type=int, default=3, help="timed passes over the stream after the first")
+    p.add_argument("--embed-dim", type=int, default=512)
+    p.add_argument("--ffn-dim", type=int, default=2048)
+    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--layers", type=int, default=3, help="encoder layers")
+    p.add_argument("--vocab", type=int, default=8000)
+    p.add_argument("--max-positions", type=int, default=256)
+    p.add_argument("--threads", type=int, default=torch.get_num_threads())
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--json", default="", help="also write the results here")
+    return p
+
+
+def format_table(results: List[dict]) -> str:
+    header = (f"{'row':<8} {'compile s':>9} {'graphs':>6} {'breaks':>6} {'again':>5} {'train ms':>9} "
+              f"{'compiled':>9} {'ratio':>6} {'infer ms':>9} {'compiled':>9} {'ratio':>6}")
+    lines = [header, "-" * len(header)]
+    for r in results:
+        e, c = r["eager"], r["compiled"]
+        lines.append(
+            f"{r['row']:<8} {r['compile_s']:9.1f} {c['graphs']:6d} {c['graph_breaks']:6d} "
+            f"{c['graphs_after_first_pass']:5d} {1e3 * e['train_s']:9.1f} {1e3 * c['train_s']:9.1f} "
+            f"{r['train_ratio']:6.2f} {1e3 * e['infer_s']:9.1f} {1e3 * c['infer_s']:9.1f} {r['infer_ratio']:6.2f} {r['max_abs_diff']:8.1e}")
+    return "\n".join(lines)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> List[dict]:
+    settings = get_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, force=True)  # inductor's file locks log at DEBUG
+    labels = settings.rows.split(",")
+    unknown = [x for x in labels if x != "onlstm" and x not in ROW_BY_LABEL]
+    if unknown:
+        raise SystemExit(f"unknown --rows {unknown}; choose onlstm or from {list(ROW_BY_LABEL)}")
+    torch.set_num_threads(settings.threads)
+    shapes = batch_shapes(settings.batches, settings.max_tokens, settings.min_length,
+                          settings.max_length, settings.seed)
+    results = [measure(label, settings, shapes) for label in labels]
+    print(f"d={settings.embed_dim} layers={settings.layers} threads={torch.get_num_threads()} "
+          f"torch={torch.__version__}; stream of {len(shapes)} batches (B x T): "
+          + " ".join(f"{b}x{t}" for b, t in shapes)
+          + f"; times summed over the stream, median of {settings.repeats} passes")
+    print(format_table(results))
+    if settings.json:
+        with open(settings.json, "w") as out:
+            json.dump({"shapes": shapes, "settings": vars(settings), "torch": torch.__version__,
+                       "rows": results}, out, indent=1)
+    return results
+
+
+def cli_main(argv: Optional[Sequence[str]] = None) -> None:
+    """The console script: :func:`main` without its return value."""
+    main(argv)
+
+
+if __name__ == "__main__":
+    cli_main()
