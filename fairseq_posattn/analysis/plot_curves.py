@@ -20,7 +20,9 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-import matplotlib
+# importing fairseq leaves the root logger at DEBUG, where matplotlib chatters
+logging.getLogger("matplotlib").setLevel(logging.WARNING)
+import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
