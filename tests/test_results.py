@@ -3,6 +3,9 @@ committed run outputs under docs/results.
 
 * The PoS tables of docs/evaluations.md are what ``fairseq-posattn-pos-table``
   prints for docs/results/pos_tagging.
+* The logical-inference table of docs/evaluations.md is what
+  ``fairseq-posattn-logic-report --counts`` prints for the committed counts
+  of docs/results/logic_inference.
 * The Multi30k table of docs/results.md is what sacreBLEU gives for the
   committed hypothesis files (docs/results/multi30k) against the raw
   references.  Runs when MULTI30K_DIR names the directory with the raw
@@ -17,7 +20,7 @@ from sacrebleu.metrics import BLEU
 
 from conftest import REPO
 
-from fairseq_posattn.evaluation import pos_table
+from fairseq_posattn.evaluation import logic_inference, pos_table
 
 REFERENCES = Path(os.environ.get("MULTI30K_DIR", "/nonexistent"))
 needs_references = pytest.mark.skipif(
@@ -72,3 +75,18 @@ def test_the_pos_tables_are_what_the_command_prints_for_the_committed_runs(capsy
     printed = capsys.readouterr().out.strip()
     assert printed.count("### UD_") == 4
     assert POS_SECTION.search(text)[1].strip() == printed
+
+
+LOGIC_SECTION = re.compile(r"<!-- logic-inference-table -->(.*?)<!-- end logic-inference-table -->", re.S)
+LOGIC_RUNS = [f"logic_{arch}.seed{seed}.counts.json"
+              for arch in ("san", "lstm", "onlstm", "onlstm_san") for seed in (1, 2)]
+
+
+def test_the_logic_table_is_what_the_command_prints_for_the_committed_counts(capsys):
+    text = (REPO / "docs" / "evaluations.md").read_text(encoding="utf-8")
+    section = LOGIC_SECTION.search(text)[1]
+    results = REPO / "docs" / "results" / "logic_inference"
+    logic_inference.cli_main(["--counts", *(str(results / name) for name in LOGIC_RUNS)])
+    printed = capsys.readouterr().out.strip()
+    assert printed.startswith("| operators | examples | SAN | LSTM | ON-LSTM | ON-LSTM+SAN |")
+    assert printed in section
