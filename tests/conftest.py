@@ -30,6 +30,7 @@ def restore_root_logging():
     root.handlers[:] = handlers
     root.setLevel(level)
 
+
 def pytest_configure(config):
     """Under pytest-xdist, share the cores among the workers: torch in each
     worker gets its part of them, not all of them."""

@@ -95,13 +95,15 @@ def main(argv=None) -> None:
 def structure_bytes(dataset, items) -> str:
     """Bytes per sentence of the structure tensors of the collated batches, and as int64."""
     stored = as_int64 = sentences = 0
+    dtypes = set()
     for batch in map(dataset.collater, items):
         for key in ("src_depths", "src_structural_positions"):
             tensor = batch["net_input"][key]
             stored += tensor.numel() * tensor.element_size()
             as_int64 += tensor.numel() * 8
+            dtypes.add(str(tensor.dtype))
         sentences += batch["nsentences"]
-    dtypes = sorted({str(batch["net_input"][k].dtype) for k in ("src_depths", "src_structural_positions")})
+    dtypes = sorted(dtypes)
     return "structure in the batch: %.0f bytes/sentence (%s); as int64: %.0f bytes/sentence" % (
         stored / sentences, ", ".join(dtypes), as_int64 / sentences)
 

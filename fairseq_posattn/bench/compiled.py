@@ -203,7 +203,7 @@ def get_parser():
 
 def format_table(results: List[dict]) -> str:
     header = (f"{'row':<8} {'compile s':>9} {'graphs':>6} {'breaks':>6} {'again':>5} {'train ms':>9} "
-              f"{'compiled':>9} {'ratio':>6} {'infer ms':>9} {'compiled':>9} {'ratio':>6}")
+              f"{'compiled':>9} {'ratio':>6} {'infer ms':>9} {'compiled':>9} {'ratio':>6} {'max diff':>8}")
     lines = [header, "-" * len(header)]
     for r in results:
         e, c = r["eager"], r["compiled"]
