@@ -437,10 +437,9 @@ FUSED_LAYERS = {
 }
 
 
-@pytest.mark.parametrize("flags", sorted(FUSED_LAYERS), ids=" ".join)
-def test_which_layers_take_the_fused_kernel(flags):
-    """Counted calls of scaled_dot_product_attention in one encoder pass, in
-    training and under no_grad in eval mode."""
+def count_fused_layers(flags, device="cpu"):
+    """Calls of scaled_dot_product_attention in one encoder pass of a small
+    model of ``flags`` on ``device``: (in training, under no_grad in eval mode)."""
     from fairseq_posattn.bench.models import make_trees
     from fairseq_posattn.models.from_flags import build_model_from_flags
 
@@ -454,13 +453,21 @@ def test_which_layers_take_the_fused_kernel(flags):
     tokens[1, :2] = 1  # left padding
     tokens[:, -1] = 2
     trees = make_trees(lengths, 6, seed=0) if flags[0] == "transformer_struct" else {}
+    model.to(device)
+    tokens, lengths = tokens.to(device), lengths.to(device)
+    trees = {name: t.to(device) for name, t in trees.items()}
     counted = []
     for training in (True, False):
         model.train(training)
         with torch.set_grad_enabled(training), RecordedCalls("scaled_dot_product_attention") as rec:
             model.encoder(tokens, lengths, **trees)
         counted.append(len(rec.calls))
-    assert tuple(counted) == FUSED_LAYERS[flags]
+    return tuple(counted)
+
+
+@pytest.mark.parametrize("flags", sorted(FUSED_LAYERS), ids=" ".join)
+def test_which_layers_take_the_fused_kernel(flags):
+    assert count_fused_layers(flags) == FUSED_LAYERS[flags]
 
 
 HALF_CASES = [("module", torch.float16), ("module", torch.bfloat16), ("autocast", torch.bfloat16)]

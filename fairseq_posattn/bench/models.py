@@ -15,7 +15,9 @@ For each row, in one run and at one model size, it measures
   update above what the process held just before it (glibc's mmap threshold
   is pinned so freed tensors really leave the resident set);
 
-and prints each as a ratio to its baseline row: fairseq's stock
+and prints each as a ratio to its baseline row (the ratio of the medians;
+for time per update also the range of the per-repeat ratios, each repeat's
+run against the baseline's run in the same repeat: the noise), to fairseq's stock
 ``transformer`` of the same size, or for the ON-LSTM/LSTM + SAN hybrids
 (K = L = ``--layers``) a stock ``transformer`` whose encoder has as many
 layers (2 x ``--layers``, ``stock-deep``), the comparison of Hao et al.'s
@@ -38,7 +40,7 @@ import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Dict, List
+from typing import Dict, List, Sequence
 
 import numpy as np
 import torch
@@ -101,10 +103,12 @@ def _size_flags(row: BenchRow, settings) -> List[str]:
     ]
 
 
-def build_model(row: BenchRow, settings, dictionary):
-    """Build ``row``'s model through fairseq's own argument parsing."""
-    _, model = build_model_from_flags(["--arch", row.arch] + _size_flags(row, settings) + row.flags,
-                                      len(dictionary), source=dictionary)
+def build_model(row: BenchRow, settings, dictionary, extra_flags: Sequence[str] = ()):
+    """Build ``row``'s model through fairseq's own argument parsing
+    (``extra_flags`` last, so they override the row's)."""
+    _, model = build_model_from_flags(
+        ["--arch", row.arch] + _size_flags(row, settings) + row.flags + list(extra_flags),
+        len(dictionary), source=dictionary)
     return model
 
 
@@ -140,9 +144,13 @@ class Runner:
     def __init__(self, row: BenchRow, settings, dictionary, device):
         torch.manual_seed(settings.seed)
         self.model = build_model(row, settings, dictionary).to(device)
+        # --fp16 as fairseq's FP16Optimizer does it: the model in half precision,
+        # Adam on float32 master copies (Adam's eps underflows in half precision)
+        self.master = None
         if settings.fp16:
             self.model = self.model.half()
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-4)
+            self.master = [p.detach().float().requires_grad_() for p in self.model.parameters()]
+        self.optimizer = torch.optim.Adam(self.master or self.model.parameters(), lr=1e-4)
         self.src, self.lengths, self.prev, self.tgt = make_batch(settings, dictionary, device)
         self.trees = {}
         if row.trees:
@@ -164,10 +172,24 @@ class Runner:
         logits = self.model(self.src, self.lengths, self.prev, **self.trees)[0]
         loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), self.tgt.view(-1))
         loss.backward()
-        self.optimizer.step()
+        if self.master is None:
+            self.optimizer.step()
+        else:
+            self._master_step()
         self.optimizer.zero_grad(set_to_none=True)
         self._sync()
         return time.perf_counter() - start
+
+    @torch.no_grad()
+    def _master_step(self):
+        """The half-precision gradients to the float32 masters, Adam, the masters back."""
+        params = list(self.model.parameters())
+        for master, p in zip(self.master, params):
+            master.grad = None if p.grad is None else p.grad.float()
+        self.optimizer.step()
+        for master, p in zip(self.master, params):
+            p.copy_(master)
+            p.grad = None
 
     @torch.no_grad()
     def infer_step(self) -> float:
@@ -199,6 +221,7 @@ def _proc_status_bytes(key: str) -> int:
 def _tensor_bytes(runner: "Runner") -> int:
     """Parameters and optimizer state: what lives between updates."""
     total = sum(p.numel() * p.element_size() for p in runner.model.parameters())
+    total += sum(p.numel() * p.element_size() for p in runner.master or ())
     for state in runner.optimizer.state.values():
         total += sum(v.numel() * v.element_size() for v in state.values() if torch.is_tensor(v))
     return total
@@ -262,9 +285,7 @@ def measure_time(rows: List[BenchRow], settings, device):
         label: sum(p.numel() for p in runner.model.parameters())
         for label, runner in runners.items()
     }
-    medians = [{label: statistics.median(v) for label, v in d.items()}
-               for d in (train, infer, decode)]
-    return (*medians, params)
+    return train, infer, decode, params
 
 
 def run(settings) -> dict:
@@ -281,8 +302,15 @@ def run(settings) -> dict:
             needed.add(label)
     needed.add("stock")
     rows = [row for row in ROWS if row.label in needed]
-    train, infer, decode, params = measure_time(rows, settings, device)
+    times = measure_time(rows, settings, device)
+    train, infer, decode = ({label: statistics.median(v) for label, v in d.items()}
+                            for d in times[:3])
+    params = times[3]
     peaks = measure_memory(rows, settings, device) if settings.memory else {}
+
+    def per_repeat(measured, label, base):
+        """Each repeat's ratio to the baseline's run in the same repeat (the spread is the noise)."""
+        return [round(a / b, 3) for a, b in zip(measured[label], measured[base])]
 
     results = []
     for row in rows:
@@ -292,10 +320,13 @@ def run(settings) -> dict:
             "params": params[row.label],
             "train_ms": 1000 * train[row.label],
             "train_ratio": train[row.label] / train[base],
+            "train_ratio_per_repeat": per_repeat(times[0], row.label, base),
             "infer_ms": 1000 * infer[row.label],
             "infer_ratio": infer[row.label] / infer[base],
+            "infer_ratio_per_repeat": per_repeat(times[1], row.label, base),
             "decode_sent_per_s": decode[row.label],
             "decode_ratio": decode[row.label] / decode[base],
+            "decode_ratio_per_repeat": per_repeat(times[2], row.label, base),
         }
         if row.label in peaks:
             entry["peak_mb"] = peaks[row.label]
@@ -311,13 +342,16 @@ def run(settings) -> dict:
 
 
 def format_table(report: dict) -> str:
-    header = (f"{'row':<12} {'params':>11} {'train ms':>9} {'x base':>8} {'infer ms':>9} "
-              f"{'x base':>8} {'decode/s':>9} {'x base':>8} {'peak MB':>8} {'x base':>8}  base")
+    header = (f"{'row':<12} {'params':>11} {'train ms':>9} {'x base':>8} {'per repeat':>11} "
+              f"{'infer ms':>9} {'x base':>8} {'decode/s':>9} {'x base':>8} {'peak MB':>8} "
+              f"{'x base':>8}  base")
     lines = [header, "-" * len(header)]
     for r in report["rows"]:
         peak = f"{r['peak_mb']:8.0f} {r['peak_ratio']:8.2f}" if "peak_mb" in r else f"{'-':>8} {'-':>8}"
+        spread = r["train_ratio_per_repeat"]
         lines.append(
             f"{r['label']:<12} {r['params']:>11,} {r['train_ms']:9.1f} {r['train_ratio']:8.2f} "
+            f"{min(spread):5.2f}-{max(spread):5.2f} "
             f"{r['infer_ms']:9.1f} {r['infer_ratio']:8.2f} {r['decode_sent_per_s']:9.1f} "
             f"{r['decode_ratio']:8.2f} {peak}  {r['baseline']}"
         )
@@ -419,7 +453,8 @@ def get_parser():
                         help="target length of the timed beam search")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--fp16", action="store_true", help="model in half precision (CUDA)")
+    parser.add_argument("--fp16", action="store_true",
+                        help="model in half precision, Adam on float32 master weights as fairseq's --fp16 (CUDA)")
     parser.add_argument("--no-memory", dest="memory", action="store_false",
                         help="skip the peak-memory measurement")
     parser.add_argument("--seed", type=int, default=1)

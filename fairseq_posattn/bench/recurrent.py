@@ -53,6 +53,7 @@ def get_parser():
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda (float32; on cuda nn.LSTM is cuDNN's)")
     p.add_argument("--profile", action="store_true",
                    help="print torch.profiler's forward/backward split and top ops of the ON-LSTM layer")
     p.add_argument("--json", default=None, help="also write the results here")
@@ -70,30 +71,38 @@ def _zero(module):
 def build(args):
     torch.manual_seed(0)
     d, t, b = args.dim, args.seq_len, args.batch
-    x = torch.randn(t, b, d, requires_grad=True)
+    x = torch.randn(t, b, d).to(args.device).requires_grad_()
     lengths = torch.full((b,), t, dtype=torch.long)
     if args.min_length is not None:
         lengths = torch.randint(args.min_length, t + 1, (b,))
         lengths[0] = t
-    lstm = torch.nn.LSTM(d, d, bidirectional=True)
+    lengths = lengths.to(args.device)
+    lstm = torch.nn.LSTM(d, d, bidirectional=True).to(args.device)
     rows = {
         "nn.LSTM": (lstm, lambda: lstm(x)[0]),
     }
     for label, cell in (("LSTM layer", "lstm"), ("ON-LSTM layer", "onlstm")):
-        layer = RecurrentLayer(d, cell)
+        layer = RecurrentLayer(d, cell).to(args.device)
         rows[label] = (layer, (lambda layer=layer: layer(x, lengths)))
     return x, rows
+
+
+def _sync(x):
+    if x.is_cuda:
+        torch.cuda.synchronize(x.device)
 
 
 def train_step(x, module, fn):
     _zero(module)
     x.grad = None
     fn().sum().backward()
+    _sync(x)
 
 
-def infer_step(fn):
+def infer_step(x, fn):
     with torch.no_grad():
         fn()
+    _sync(x)
 
 
 def _ratio_range(times, reference):
@@ -109,7 +118,7 @@ def run(args):
     for _ in range(args.warmup):
         for module, fn in rows.values():
             train_step(x, module, fn)
-            infer_step(fn)
+            infer_step(x, fn)
     train = {k: [] for k in rows}
     infer = {k: [] for k in rows}
     for _ in range(args.repeats):
@@ -118,10 +127,10 @@ def run(args):
             train_step(x, module, fn)
             train[label].append(time.perf_counter() - start)
             start = time.perf_counter()
-            infer_step(fn)
+            infer_step(x, fn)
             infer[label].append(time.perf_counter() - start)
     result = {
-        "config": {"dim": args.dim, "seq_len": args.seq_len, "batch": args.batch, "repeats": args.repeats,
+        "config": {"device": str(x.device), "dim": args.dim, "seq_len": args.seq_len, "batch": args.batch, "repeats": args.repeats,
                    "min_length": args.min_length,
                    "threads": torch.get_num_threads(), "torch": torch.__version__,
                    "mkldnn": torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled},
@@ -159,7 +168,7 @@ def profile_table(args, row_limit=15):
         with record_function("backward"):
             out.backward()
     with profile() as prof_infer:
-        infer_step(fn)
+        infer_step(x, fn)
     tables = []
     for title, events in (("train step", prof.key_averages()), ("inference step", prof_infer.key_averages())):
         phases = {e.key: e.cpu_time_total for e in events if e.key in ("forward", "backward")}
@@ -179,7 +188,7 @@ def main(argv=None):
     result = run(args)
     cfg = result["config"]
     lengths = "T" if cfg["min_length"] is None else "%d..T" % cfg["min_length"]
-    print("d=%(dim)d T=%(seq_len)d B=%(batch)d float32 CPU, %(threads)d threads, torch %(torch)s, "
+    print("d=%(dim)d T=%(seq_len)d B=%(batch)d float32 %(device)s, %(threads)d threads, torch %(torch)s, "
           "median of %(repeats)d interleaved repeats" % cfg + ", layer lengths " + lengths)
     print("%-14s %10s %10s %22s %10s %22s" % ("", "params", "train ms", "ratio [per repeat]", "infer ms",
                                               "ratio [per repeat]"))
