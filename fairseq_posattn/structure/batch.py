@@ -5,7 +5,7 @@ structural position (depth), the end-of-sentence symbol takes the first
 integer above the tree's maximum depth, and relative structural positions
 follow Eq. 6 (see :func:`relative_structural_positions`).  This is the data
 collater's hot path, so it is vectorised over the batch: ancestors by
-repeated parent look-ups on a ``[B, W]`` parent table, then one gather from
+repeated parent look-ups in one batch-wide parent array, then one gather from
 words to pieces.
 """
 
@@ -149,28 +149,30 @@ def _structure(n_words, flat_heads, word_pos, n_pieces, flat_pw, piece_pos, rule
     W2 = W + 2
     sent_w = np.repeat(np.arange(B), n_words)
     at_word = sent_w * W2 + word_pos
-    parent = np.tile(np.arange(W2), B)
-    parent[at_word] = np.where(flat_heads > 0, flat_heads - 1, word_pos)
-    parent = parent.reshape(B, W2)
+    # parents as batch-wide node ids b * W2 + node (roots, EOS and padding are their own)
+    parent = np.arange(B * W2)
+    parent[at_word] = sent_w * W2 + np.where(flat_heads > 0, flat_heads - 1, word_pos)
     nodes = np.arange(W2)
     rows = np.arange(B)[:, None]
-    depth = np.zeros((B, W2), dtype=np.int64)
+    depth = np.zeros(B * W2, dtype=np.int64)
     on_path = np.zeros((B, W2, W2), dtype=bool)  # [b, q, k]: k is q or an ancestor of q
     on_path[:, nodes, nodes] = True
-    flat_on_path = on_path.reshape(B, W2 * W2)
-    cur = np.broadcast_to(nodes, (B, W2))
+    flat_on_path = on_path.reshape(-1)
+    cur = np.arange(B * W2)  # each node q's walk to its root
+    row_of = cur * W2 - (cur // W2) * W2  # + an ancestor's id: flat_on_path's [b, q, ancestor]
     for _ in range(W2):
-        up = np.take_along_axis(parent, cur, 1)
+        up = parent[cur]
         moved = up != cur
         if not moved.any():
             break
         depth += moved
-        flat_on_path[rows, nodes * W2 + up] = True
+        flat_on_path[row_of + up] = True
         cur = up
     else:
-        b = int(np.flatnonzero(moved.any(1))[0])
+        b = int(np.flatnonzero(moved)[0]) // W2
         raise fail("batch sentence %d: the heads form a cycle" % b,
                    "every word must reach a root (HEAD 0) by following its heads")
+    depth = depth.reshape(B, W2)
     on_path |= on_path.transpose(0, 2, 1)  # or q is an ancestor of k
     real = np.zeros(B * W2, dtype=bool)
     real[at_word] = True
