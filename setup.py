@@ -52,7 +52,7 @@ setup(
             "fairseq-posattn-dump-states = fairseq_posattn.analysis.states:cli_main",
             "fairseq-posattn-probe = fairseq_posattn.analysis.probe:cli_main",
             "fairseq-posattn-bench-recurrent = fairseq_posattn.bench.recurrent:cli_main",
-            "fairseq-posattn-bench-collate = fairseq_posattn.bench.collate:main",
+            "fairseq-posattn-bench-collate = fairseq_posattn.bench.collate:cli_main",
             "fairseq-posattn-bench-structure = fairseq_posattn.bench.structure:cli_main",
             "fairseq-posattn-bench-compile = fairseq_posattn.bench.compiled:cli_main",
             "fairseq-posattn-param-count = fairseq_posattn.analysis.param_count:cli_main",

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from fairseq_posattn.bench import compiled
+from fairseq_posattn.bench import collate, compiled
 from fairseq_posattn.bench import models as bench
 
 pytestmark = pytest.mark.slow  # command lines, recipes, training
@@ -81,3 +81,13 @@ def test_compile_bench_checks_that_compiled_computes_the_same(tmp_path, capsys):
 def test_compile_bench_refuses_an_unknown_row():
     with pytest.raises(SystemExit, match="unknown --rows"):
         compiled.main(["--rows", "onlstm,nope"])
+
+
+def test_collate_bench_interleaves_the_collaters(capsys):
+    result = collate.main(["--words", "8", "--batch", "4", "--batches", "2", "--seconds", "0.01",
+                           "--rounds", "3"])
+    fairseq_rates, struct_rates = result["rates"].values()
+    assert len(fairseq_rates) == len(struct_rates) == 3
+    assert result["ratios"] == pytest.approx([a / b for a, b in zip(struct_rates, fairseq_rates)])
+    out = capsys.readouterr().out
+    assert "translation_struct / fairseq" in out and "bytes/sentence (torch.int8)" in out

@@ -1,6 +1,6 @@
 """Throughput of the ``translation_struct`` collater and of its structure step.
 
-    fairseq-posattn-bench-collate                 # T~30 pieces, B=100, 1 thread
+    fairseq-posattn-bench-collate                 # T~30 pieces, B=100, 1 thread, 7 rounds
     fairseq-posattn-bench-collate --words 50 --batch 64 --max-pieces 48
 
 Random projective dependency trees of about ``--words`` words, 1-3 pieces per word (1.25 on average), EOS appended, as
@@ -8,7 +8,8 @@ the ``translation_struct`` collater calls it.  Prints sentences per second on
 one thread (``torch.set_num_threads(1)``) of ``batch_piece_structure`` alone,
 of fairseq's ``LanguagePairDataset`` collater, and of the whole
 ``TreeLanguagePairDataset`` collater (fairseq's + trees laid out like the
-left-padded tokens), and the bytes per sentence of the batch's structure
+left-padded tokens), the two collaters interleaved in ``--rounds`` rounds
+(medians, and the ratio's median and range over rounds), and the bytes per sentence of the batch's structure
 tensors (depths and relative positions) against what int64 would take.
 """
 
@@ -61,13 +62,16 @@ def collaters(batches, vocab_size=1000):
     }
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> dict:
     p = argparse.ArgumentParser(prog="fairseq-posattn-bench-collate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--words", type=int, default=25, help="mean words per sentence (+-5)")
     p.add_argument("--batch", type=int, default=100)
     p.add_argument("--batches", type=int, default=50, help="distinct batches to cycle through")
-    p.add_argument("--seconds", type=float, default=3.0)
+    p.add_argument("--seconds", type=float, default=1.0, help="per collater and round")
+    p.add_argument("--rounds", type=int, default=7,
+                   help="rounds, each timing fairseq's collater then ours (interleaved: the "
+                        "ratio of a round is measured under one machine load)")
     p.add_argument("--max-pieces", type=int, default=None)
     p.add_argument("--rule", default="figure", choices=["figure", "text"])
     p.add_argument("--seed", type=int, default=1)
@@ -85,11 +89,21 @@ def main(argv=None) -> None:
         batches, args.batch, args.seconds)
     print("batch_piece_structure: %.0f sentences/s (%.1f pieces/sentence, batch %d, 1 thread)"
           % (rate, pieces, args.batch))
-    for name, (dataset, index_batches) in collaters(batches).items():
-        items = [[dataset[i] for i in indices] for indices in index_batches]
-        rate = sentences_per_second(dataset.collater, items, args.batch, args.seconds)
-        print("%s: %.0f sentences/s" % (name, rate))
+    datasets = {name: (dataset, [[dataset[i] for i in indices] for indices in index_batches])
+                for name, (dataset, index_batches) in collaters(batches).items()}
+    rates = {name: [] for name in datasets}
+    for _ in range(args.rounds):
+        for name, (dataset, items) in datasets.items():
+            rates[name].append(sentences_per_second(dataset.collater, items, args.batch, args.seconds))
+    for name, measured in rates.items():
+        print("%s: %.0f sentences/s (median of %d rounds)" % (name, np.median(measured), args.rounds))
+    fairseq_rates, struct_rates = rates.values()
+    ratios = [a / b for a, b in zip(struct_rates, fairseq_rates)]
+    print("translation_struct / fairseq: %.2f (per round %.2f-%.2f)"
+          % (np.median(ratios), min(ratios), max(ratios)))
+    dataset, items = datasets["TreeLanguagePairDataset.collater"]
     print(structure_bytes(dataset, items))
+    return {"rates": rates, "ratio": float(np.median(ratios)), "ratios": ratios}
 
 
 def structure_bytes(dataset, items) -> str:
@@ -107,5 +121,11 @@ def structure_bytes(dataset, items) -> str:
     return "structure in the batch: %.0f bytes/sentence (%s); as int64: %.0f bytes/sentence" % (
         stored / sentences, ", ".join(dtypes), as_int64 / sentences)
 
+
+def cli_main(argv=None) -> None:
+    """The console script: :func:`main` without its return value."""
+    main(argv)
+
+
 if __name__ == "__main__":
-    main()
+    cli_main()
