@@ -103,7 +103,7 @@ def main(argv=None) -> dict:
           % (np.median(ratios), min(ratios), max(ratios)))
     dataset, items = datasets["TreeLanguagePairDataset.collater"]
     print(structure_bytes(dataset, items))
-    return {"rates": rates, "ratio": float(np.median(ratios)), "ratios": ratios}
+    return {"rates": rates, "ratios": ratios}
 
 
 def structure_bytes(dataset, items) -> str:

@@ -302,10 +302,9 @@ def run(settings) -> dict:
             needed.add(label)
     needed.add("stock")
     rows = [row for row in ROWS if row.label in needed]
-    times = measure_time(rows, settings, device)
-    train, infer, decode = ({label: statistics.median(v) for label, v in d.items()}
-                            for d in times[:3])
-    params = times[3]
+    train_runs, infer_runs, decode_runs, params = measure_time(rows, settings, device)
+    train, infer, decode = ({label: statistics.median(v) for label, v in runs.items()}
+                            for runs in (train_runs, infer_runs, decode_runs))
     peaks = measure_memory(rows, settings, device) if settings.memory else {}
 
     def per_repeat(measured, label, base):
@@ -320,13 +319,13 @@ def run(settings) -> dict:
             "params": params[row.label],
             "train_ms": 1000 * train[row.label],
             "train_ratio": train[row.label] / train[base],
-            "train_ratio_per_repeat": per_repeat(times[0], row.label, base),
+            "train_ratio_per_repeat": per_repeat(train_runs, row.label, base),
             "infer_ms": 1000 * infer[row.label],
             "infer_ratio": infer[row.label] / infer[base],
-            "infer_ratio_per_repeat": per_repeat(times[1], row.label, base),
+            "infer_ratio_per_repeat": per_repeat(infer_runs, row.label, base),
             "decode_sent_per_s": decode[row.label],
             "decode_ratio": decode[row.label] / decode[base],
-            "decode_ratio_per_repeat": per_repeat(times[2], row.label, base),
+            "decode_ratio_per_repeat": per_repeat(decode_runs, row.label, base),
         }
         if row.label in peaks:
             entry["peak_mb"] = peaks[row.label]

@@ -130,8 +130,8 @@ def run(args):
             infer_step(x, fn)
             infer[label].append(time.perf_counter() - start)
     result = {
-        "config": {"device": str(x.device), "dim": args.dim, "seq_len": args.seq_len, "batch": args.batch, "repeats": args.repeats,
-                   "min_length": args.min_length,
+        "config": {"device": str(x.device), "dim": args.dim, "seq_len": args.seq_len,
+                   "batch": args.batch, "repeats": args.repeats, "min_length": args.min_length,
                    "threads": torch.get_num_threads(), "torch": torch.__version__,
                    "mkldnn": torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled},
         "rows": [],

@@ -159,7 +159,8 @@ def _structure(n_words, flat_heads, word_pos, n_pieces, flat_pw, piece_pos, rule
     on_path[:, nodes, nodes] = True
     flat_on_path = on_path.reshape(-1)
     cur = np.arange(B * W2)  # each node q's walk to its root
-    row_of = cur * W2 - (cur // W2) * W2  # + an ancestor's id: flat_on_path's [b, q, ancestor]
+    # flat_on_path's index of [b, q, k] is row_of[b * W2 + q] + (b * W2 + k): add an ancestor's id
+    row_of = cur * W2 - (cur // W2) * W2
     for _ in range(W2):
         up = parent[cur]
         moved = up != cur
