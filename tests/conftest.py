@@ -18,6 +18,15 @@ from typing import Dict, Optional, Sequence
 
 import pytest
 
+# Triton kernels (the ON-LSTM's fused GPU step) run in Triton's interpreter on
+# a machine without a GPU; it is chosen when a kernel is defined, so before
+# the package is imported.
+if not os.environ.get("TRITON_INTERPRET"):
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ["TRITON_INTERPRET"] = "1"
+
 
 @pytest.fixture(autouse=True)
 def restore_root_logging():

@@ -12,7 +12,10 @@ Rows, all bidirectional with hidden = d per direction:
   the reference;
 * ``LSTM layer``: :class:`RecurrentLayer` with ``cell="lstm"`` (packed
   ``nn.LSTM`` + 2d -> d projection + residual + pad mask);
-* ``ON-LSTM layer``: :class:`RecurrentLayer` with ``cell="onlstm"``.
+* ``ON-LSTM layer``: :class:`RecurrentLayer` with ``cell="onlstm"`` (on
+  CUDA with Triton: one fused kernel per time step);
+* ``ON-LSTM, loop``: the same layer on the TorchScript loop
+  (``kernel="script"``), where the fused step applies, for comparison.
 
 With ``--min-length L`` the two layer rows get a padded batch, sentence
 lengths uniform in ``[L, T]`` (the first ``T``), as ``fairseq-posattn-bench``
@@ -39,6 +42,7 @@ from typing import Optional, Sequence
 
 import torch
 
+from fairseq_posattn.modules import onlstm_triton
 from fairseq_posattn.modules.recurrent import RecurrentLayer
 
 
@@ -81,8 +85,11 @@ def build(args):
     rows = {
         "nn.LSTM": (lstm, lambda: lstm(x)[0]),
     }
-    for label, cell in (("LSTM layer", "lstm"), ("ON-LSTM layer", "onlstm")):
-        layer = RecurrentLayer(d, cell).to(args.device)
+    layers = [("LSTM layer", "lstm", "auto"), ("ON-LSTM layer", "onlstm", "auto")]
+    if onlstm_triton.handles(x):
+        layers.append(("ON-LSTM, loop", "onlstm", "script"))
+    for label, cell, kernel in layers:
+        layer = RecurrentLayer(d, cell, kernel=kernel).to(args.device)
         rows[label] = (layer, (lambda layer=layer: layer(x, lengths)))
     return x, rows
 

@@ -58,7 +58,11 @@ gates' cumsum and ``tanh(c)`` rather than storing them.  Without grad
 (``torch.no_grad``, or nothing requiring grad) nothing is kept: each step's
 gates overwrite its own pre-activations, one step of cell state exists.
 The matmuls bound the rest: 1.5x an LSTM's gate FLOPs plus the projection.
-``fairseq-posattn-bench-recurrent`` measures it against ``nn.LSTM``.
+On a GPU the loop's many small kernels are bound by their launches
+instead: there (CUDA, Triton installed) each step is one matmul and one
+fused Triton kernel, forward and backward (:mod:`.onlstm_triton`), the
+same buffers and the same equations.  ``fairseq-posattn-bench-recurrent``
+measures both against ``nn.LSTM``.
 
 Half precision: the matmuls run in the model's dtype (half under autocast),
 the gate arithmetic and the cell state in float32 -- in particular cumax's
@@ -72,7 +76,11 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-__all__ = ["ONLSTM", "RecurrentLayer", "cumax", "reversal_index"]
+from fairseq_posattn.modules import onlstm_triton
+
+__all__ = ["KERNELS", "ONLSTM", "RecurrentLayer", "cumax", "reversal_index"]
+
+KERNELS = ("auto", "script", "triton")
 
 
 def cumax(x: Tensor, dim: int = -1) -> Tensor:
@@ -97,6 +105,57 @@ def _expand_chunks(m: Tensor, chunk_size: int) -> Tensor:
     if chunk_size == 1:
         return m
     return m.unsqueeze(-1).expand(m.shape + (chunk_size,)).flatten(-2)
+
+
+def _forward_buffers(
+    xs: Tensor, w_ih: Tensor, bias: Tensor, batch_sizes: List[int], hidden: int, save: bool,
+) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The input projections ``xg [D, N, G]`` of all steps and directions (one
+    matmul) and the forward's buffers: activated gates (``xg`` itself when
+    the dtypes agree; empty without ``save``), cell states (every step's, or
+    one step's without ``save``) and hidden states ``[D, N + 1, hidden]``, row ``N`` zero."""
+    num_dir, num_rows, _ = xs.shape
+    acc = torch.promote_types(xs.dtype, torch.float32)
+    xg = torch.baddbmm(bias, xs, w_ih)
+    if not save:
+        acts = torch.empty(num_dir, 0, w_ih.size(2), dtype=acc, device=xs.device)
+    elif xg.dtype == acc:
+        acts = xg
+    else:
+        acts = torch.empty(xg.shape, dtype=acc, device=xs.device)
+    max_batch = batch_sizes[0] if len(batch_sizes) > 0 else 0
+    cells = torch.empty(num_dir, num_rows if save else max_batch, hidden, dtype=acc, device=xs.device)
+    out = torch.empty(num_dir, num_rows + 1, hidden, dtype=xs.dtype, device=xs.device)
+    out[:, num_rows] = 0.0
+    return xg, acts, cells, out
+
+
+def _step_starts(batch_sizes: List[int]) -> List[int]:
+    """First packed row of each step."""
+    starts: List[int] = []
+    start = 0
+    for n in batch_sizes:
+        starts.append(start)
+        start += n
+    return starts
+
+
+def _recurrent_weight_grad(hs: Tensor, grad_xg: Tensor, w_hh: Tensor, batch_sizes: List[int]) -> Tensor:
+    """``dW_hh = sum_t h_{t-1}^T dg_t`` (``h_{-1} = 0``): one matmul over all steps.
+
+    ``h_{t-1}`` is the first ``batch_sizes[t]`` rows of step ``t - 1``, all
+    of it without padding."""
+    steps = len(batch_sizes)
+    if steps < 2:
+        return torch.zeros_like(w_hh)
+    first = batch_sizes[0]
+    num_rows = grad_xg.size(1)
+    if batch_sizes[steps - 1] == first:
+        h_prev = hs[:, : num_rows - first]
+    else:
+        starts = _step_starts(batch_sizes)
+        h_prev = torch.cat([hs[:, starts[t - 1] : starts[t - 1] + batch_sizes[t]] for t in range(1, steps)], 1)
+    return torch.bmm(h_prev.transpose(1, 2), grad_xg[:, first:])
 
 
 def _onlstm_forward(
@@ -125,20 +184,10 @@ def _onlstm_forward(
     step's pre-activations, the gates returned are empty and the cell states
     are one step's.
     """
-    num_dir, num_rows, _ = xs.shape
+    num_dir = xs.size(0)
     n_chunk = hidden // chunk_size
     acc = torch.promote_types(xs.dtype, torch.float32)
-    xg = torch.baddbmm(bias, xs, w_ih)  # all steps, all directions: one matmul
-    if not save:
-        acts = torch.empty(num_dir, 0, w_ih.size(2), dtype=acc, device=xs.device)
-    elif xg.dtype == acc:
-        acts = xg
-    else:
-        acts = torch.empty(xg.shape, dtype=acc, device=xs.device)
-    max_batch = batch_sizes[0] if len(batch_sizes) > 0 else 0
-    cells = torch.empty(num_dir, num_rows if save else max_batch, hidden, dtype=acc, device=xs.device)
-    out = torch.empty(num_dir, num_rows + 1, hidden, dtype=xs.dtype, device=xs.device)
-    out[:, num_rows] = 0.0
+    xg, acts, cells, out = _forward_buffers(xs, w_ih, bias, batch_sizes, hidden, save)
     start = 0
     prev = 0  # first row of the previous step
     for t, n in enumerate(batch_sizes):
@@ -200,11 +249,7 @@ def _onlstm_backward(
     for d in range(num_dir):
         w_t[d].copy_(w_hh[d].t())
     grad_xg = acts if acts.dtype == hs.dtype else torch.empty(acts.shape, dtype=hs.dtype, device=hs.device)
-    starts: List[int] = []
-    start = 0
-    for n in batch_sizes:
-        starts.append(start)
-        start += n
+    starts = _step_starts(batch_sizes)
     steps = len(batch_sizes)
     n = batch_sizes[steps - 1] if steps > 0 else 0
     dc = torch.zeros(num_dir, n, hidden, dtype=acc, device=hs.device)
@@ -263,17 +308,7 @@ def _onlstm_backward(
                 dc = torch.cat([dc, torch.zeros(num_dir, n_prev - n, hidden, dtype=acc, device=hs.device)], 1)
                 dh = torch.cat([dh, grad_hs[:, prev + n : prev + n_prev].to(acc)], 1)
             n = n_prev
-    # dW = sum_t h_{t-1}^T dg_t (h_{-1} = 0): one matmul over all steps; h_{t-1}
-    # is the first batch_sizes[t] rows of step t-1, all of it without padding
-    if steps < 2:
-        return grad_xg, torch.zeros_like(w_hh)
-    first = batch_sizes[0]
-    if batch_sizes[steps - 1] == first:
-        h_prev = hs[:, : num_rows - first]
-    else:
-        h_prev = torch.cat([hs[:, starts[t - 1] : starts[t - 1] + batch_sizes[t]] for t in range(1, steps)], 1)
-    grad_w = torch.bmm(h_prev.transpose(1, 2), grad_xg[:, first:])
-    return grad_xg, grad_w
+    return grad_xg, _recurrent_weight_grad(hs, grad_xg, w_hh, batch_sizes)
 
 
 _onlstm_forward_eager = _onlstm_forward
@@ -287,7 +322,7 @@ except Exception:  # pragma: no cover - TorchScript unavailable: same maths, Pyt
 
 
 class _ONLSTMFunction(torch.autograd.Function):
-    """Input projection, scripted recurrence, hand-written backward.
+    """Input projection, recurrence (scripted loop, or one fused Triton kernel per step), hand-written backward.
 
     Owning the input projection lets the forward write the gates over it and
     the backward write the gate gradients over those: one ``[D, N, G]``
@@ -296,21 +331,24 @@ class _ONLSTMFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, xs: Tensor, w_ih: Tensor, bias: Tensor, w_hh: Tensor, batch_sizes: List[int],
-                hidden: int, chunk_size: int, save: bool) -> Tensor:
+                hidden: int, chunk_size: int, save: bool, fused: bool = False) -> Tensor:
         # ``save`` comes from the caller: grad mode is always off in here
-        hs, acts, cells = _onlstm_forward(xs, w_ih, bias, w_hh, batch_sizes, hidden, chunk_size, save)
+        loop = onlstm_triton.onlstm_forward if fused else _onlstm_forward
+        hs, acts, cells = loop(xs, w_ih, bias, w_hh, batch_sizes, hidden, chunk_size, save)
         if save:
             ctx.save_for_backward(xs, w_ih, w_hh, hs, acts, cells)
             ctx.batch_sizes = batch_sizes
             ctx.hidden = hidden
             ctx.chunk_size = chunk_size
+            ctx.fused = fused
         return hs
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_hs: Tensor):
         xs, w_ih, w_hh, hs, acts, cells = ctx.saved_tensors
-        grad_xg, grad_w_hh = _onlstm_backward(
+        loop = onlstm_triton.onlstm_backward if ctx.fused else _onlstm_backward
+        grad_xg, grad_w_hh = loop(
             grad_hs.contiguous(), w_hh, hs, acts, cells, ctx.batch_sizes, ctx.hidden, ctx.chunk_size
         )
         grad_xs = grad_w_ih = grad_bias = None
@@ -320,7 +358,7 @@ class _ONLSTMFunction(torch.autograd.Function):
             grad_w_ih = torch.bmm(xs.transpose(1, 2), grad_xg)
         if ctx.needs_input_grad[2]:
             grad_bias = grad_xg.sum(1, keepdim=True)
-        return grad_xs, grad_w_ih, grad_bias, grad_w_hh, None, None, None, None
+        return grad_xs, grad_w_ih, grad_bias, grad_w_hh, None, None, None, None, None
 
 
 class ONLSTM(nn.Module):
@@ -336,6 +374,13 @@ class ONLSTM(nn.Module):
     master unit ``k`` covers neurons ``k*chunk_size .. (k+1)*chunk_size-1``).
     All initialised uniform(-1/sqrt(hidden), 1/sqrt(hidden)) as in ``nn.LSTM``.
 
+    ``kernel`` picks the recurrence: ``"auto"`` (default) runs one fused
+    Triton kernel per time step where :func:`.onlstm_triton.handles` says it
+    applies (CUDA, float32/16 or bfloat16, Triton installed) and the
+    TorchScript loop everywhere else; ``"script"`` always the loop;
+    ``"triton"`` always the kernels (on the CPU only under Triton's
+    interpreter, for tests).  All three compute the same equations.
+
     Equations (Shen et al. 2019), per direction::
 
         f, i, o = sigmoid(W x + U h + b)          c_hat = tanh(W x + U h + b)
@@ -345,10 +390,17 @@ class ONLSTM(nn.Module):
         c_t = f_hat * c_{t-1} + i_hat * c_hat     h_t = o * tanh(c_t)
     """
 
-    def __init__(self, input_dim: int, hidden_dim: int, bidirectional: bool = True, chunk_size: int = 1):
+    def __init__(self, input_dim: int, hidden_dim: int, bidirectional: bool = True, chunk_size: int = 1,
+                 kernel: str = "auto"):
         super().__init__()
         if chunk_size < 1 or hidden_dim % chunk_size != 0:
             raise ValueError("hidden_dim (%d) must be divisible by chunk_size (%d)" % (hidden_dim, chunk_size))
+        if kernel not in KERNELS:
+            raise ValueError("kernel must be one of %s, got %r" % (", ".join(KERNELS), kernel))
+        if kernel == "triton" and onlstm_triton.triton is None:
+            raise ValueError("kernel='triton' needs the triton package (pip install triton); "
+                             "kernel='auto' takes the TorchScript loop without it")
+        self.kernel = kernel
         self.input_dim = input_dim
         self.hidden_dim = hidden_dim
         self.chunk_size = chunk_size
@@ -367,8 +419,8 @@ class ONLSTM(nn.Module):
             nn.init.uniform_(p, -bound, bound)
 
     def extra_repr(self) -> str:
-        return "%d, %d, bidirectional=%s, chunk_size=%d" % (
-            self.input_dim, self.hidden_dim, self.num_directions == 2, self.chunk_size,
+        return "%d, %d, bidirectional=%s, chunk_size=%d, kernel=%s" % (
+            self.input_dim, self.hidden_dim, self.num_directions == 2, self.chunk_size, self.kernel,
         )
 
     def forward(self, x: Tensor, lengths: Tensor) -> Tensor:
@@ -398,8 +450,9 @@ class ONLSTM(nn.Module):
         bias = (self.bias_ih + self.bias_hh).unsqueeze(1)  # [D, 1, G]
         args = [t.to(dtype) for t in (xs, self.weight_ih, bias, self.weight_hh)]
         save = torch.is_grad_enabled() and any(t.requires_grad for t in args)
+        fused = self.kernel == "triton" or (self.kernel == "auto" and onlstm_triton.handles(args[0]))
         with torch.autocast(device_type=device, enabled=False):
-            hs = _ONLSTMFunction.apply(*args, batch_sizes, self.hidden_dim, self.chunk_size, save)
+            hs = _ONLSTMFunction.apply(*args, batch_sizes, self.hidden_dim, self.chunk_size, save, fused)
         # hs: [D, N + 1, h], row N zero.  Packed row of each [t, b], N at pads;
         # direction 1 reads it at the reversed position (pads stay in place)
         packed_row = torch.full((seq_len, bsz), num_rows, dtype=torch.long, device=x.device)
@@ -416,7 +469,7 @@ class RecurrentLayer(nn.Module):
 
     ``out = dropout(proj(concat(forward, backward)))``, then ``out + x`` if
     ``residual``; no layer norm.  ``bidirectional=False`` gives a
-    ``hidden_dim -> d`` projection.  See the module docstring for parameter
+    ``hidden_dim -> d`` projection; ``kernel`` is :class:`ONLSTM`'s.  See the module docstring for parameter
     counts, padding and speed.
     """
 
@@ -429,6 +482,7 @@ class RecurrentLayer(nn.Module):
         chunk_size: int = 1,
         dropout: float = 0.0,
         residual: bool = True,
+        kernel: str = "auto",
     ):
         super().__init__()
         hidden_dim = embed_dim if hidden_dim is None else hidden_dim
@@ -439,10 +493,11 @@ class RecurrentLayer(nn.Module):
         self.residual = residual
         num_dir = 2 if bidirectional else 1
         if cell == "onlstm":
-            self.rnn = ONLSTM(embed_dim, hidden_dim, bidirectional=bidirectional, chunk_size=chunk_size)
+            self.rnn = ONLSTM(embed_dim, hidden_dim, bidirectional=bidirectional, chunk_size=chunk_size,
+                              kernel=kernel)
         elif cell == "lstm":
-            if chunk_size != 1:
-                raise ValueError("chunk_size applies to cell='onlstm' only")
+            if chunk_size != 1 or kernel != "auto":
+                raise ValueError("chunk_size and kernel apply to cell='onlstm' only")
             self.rnn = nn.LSTM(embed_dim, hidden_dim, bidirectional=bidirectional)
         else:
             raise ValueError("cell must be 'onlstm' or 'lstm', got %r" % (cell,))
