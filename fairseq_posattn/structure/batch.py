@@ -123,15 +123,15 @@ def batch_encoded_structure(trees: Sequence[np.ndarray], rule: str = "figure",
         raise ValueError("max_pieces must be >= 0, got %d" % max_pieces)
     n_pieces, flat, piece_pos = _ragged(trees, "trees")
     begins = flat != 0
-    no_word = np.flatnonzero((piece_pos == 0) & ~begins)
-    if no_word.size:
-        b = int(np.searchsorted(np.cumsum(n_pieces), no_word[0], side="right"))
+    begun = np.concatenate(([0], np.cumsum(begins)))  # words begun before each piece
+    ends = np.cumsum(n_pieces)
+    words_before = begun[ends - n_pieces]
+    n_words = begun[ends] - words_before
+    flat_pw = begun[1:] - 1 - np.repeat(words_before, n_pieces)
+    if len(flat_pw) and flat_pw.min() < 0:  # a sentence's pieces before its first word
+        b = int(np.searchsorted(ends, np.argmax(flat_pw < 0), side="right"))
         raise fail("batch sentence %d: its first piece starts no word" % b,
                    "the tree data is corrupt")
-    B = len(trees)
-    n_words = np.bincount(np.repeat(np.arange(B), n_pieces)[begins], minlength=B)
-    words_before = np.cumsum(n_words) - n_words
-    flat_pw = np.cumsum(begins) - 1 - np.repeat(words_before, n_pieces)
     flat_heads = flat[begins] - 1
     word_pos = np.arange(len(flat_heads)) - np.repeat(words_before, n_words)
     _check_heads(n_words, flat_heads, word_pos)
