@@ -37,18 +37,22 @@ def _ragged(arrays: Sequence[np.ndarray], what: str) -> Tuple[np.ndarray, np.nda
     return lengths, flat, np.arange(len(flat)) - np.repeat(starts, lengths)
 
 
+def _sentence_of(lengths, flat_index) -> int:
+    """The sentence of an element of a ragged batch's concatenation."""
+    return int(np.searchsorted(np.cumsum(lengths), flat_index, side="right"))
+
+
 def _check_heads(n_words, flat_heads, word_pos) -> None:
     """Fail on heads out of range and words that are their own head (the walk
     to the root below would take them for roots)."""
-    sent_w = np.repeat(np.arange(len(n_words)), n_words)
-    bad = np.flatnonzero((flat_heads < 0) | (flat_heads > n_words[sent_w]))
+    bad = np.flatnonzero((flat_heads < 0) | (flat_heads > np.repeat(n_words, n_words)))
     if bad.size:
-        b = int(sent_w[bad[0]])
+        b = _sentence_of(n_words, bad[0])
         raise fail("batch sentence %d: a HEAD is out of range 0..%d" % (b, n_words[b]),
                    "HEAD must be 0 (root) or the 1-based index of a word of the sentence")
     own = np.flatnonzero(flat_heads == word_pos + 1)
     if own.size:
-        b = int(sent_w[own[0]])
+        b = _sentence_of(n_words, own[0])
         raise fail("batch sentence %d: word %d is its own head (a cycle)"
                    % (b, word_pos[own[0]] + 1),
                    "every word must reach a root (HEAD 0) by following its heads")
@@ -129,7 +133,7 @@ def batch_encoded_structure(trees: Sequence[np.ndarray], rule: str = "figure",
     n_words = begun[ends] - words_before
     flat_pw = begun[1:] - 1 - np.repeat(words_before, n_pieces)
     if len(flat_pw) and flat_pw.min() < 0:  # a sentence's pieces before its first word
-        b = int(np.searchsorted(ends, np.argmax(flat_pw < 0), side="right"))
+        b = _sentence_of(n_pieces, np.argmax(flat_pw < 0))
         raise fail("batch sentence %d: its first piece starts no word" % b,
                    "the tree data is corrupt")
     flat_heads = flat[begins] - 1
@@ -157,9 +161,9 @@ def _structure(n_words, flat_heads, word_pos, n_pieces, flat_pw, piece_pos, rule
     climbing, above = at_word, at_word
     walked_by_step, ancestors_by_step = [], []
     for _ in range(W2):
-        up = parent[above]
-        moved = up != above
-        climbing, above = climbing[moved], up[moved]
+        up = parent.take(above)
+        moved = np.flatnonzero(up != above)
+        climbing, above = climbing.take(moved), up.take(moved)
         if not len(climbing):
             break
         walked_by_step.append(climbing)
@@ -187,7 +191,7 @@ def _structure(n_words, flat_heads, word_pos, n_pieces, flat_pw, piece_pos, rule
     rel_words *= np.sign(nodes[None, :] - nodes[:, None]).astype(small)
     steps = np.repeat(np.arange(1, len(walked_by_step) + 1, dtype=small),
                       [len(a) for a in walked_by_step])
-    first_node = np.repeat(np.arange(0, B * W2, W2), W2)[walked]  # b * W2
+    first_node = np.repeat(np.arange(0, B * W2, W2), W2).take(walked)  # b * W2
     flat_rel = rel_words.reshape(-1)
     to_ancestor = walked * W2 + ancestors - first_node  # [b, q, k]: k an ancestor of q
     from_ancestor = ancestors * W2 + walked - first_node  # [b, k, q]
@@ -202,12 +206,13 @@ def _structure(n_words, flat_heads, word_pos, n_pieces, flat_pw, piece_pos, rule
     rel_words[:, :, W + 1] = 0
 
     # Piece level: gathers from words (EOS -> word W, padding -> W + 1).
-    kept = n_pieces if max_pieces is None else np.minimum(n_pieces, max_pieces)
+    truncate = bool(max_pieces is not None and B and max_pieces < n_pieces.max())  # cuts a sentence
+    kept = np.minimum(n_pieces, max_pieces) if truncate else n_pieces
     lengths = kept + int(append_eos)
     L = max(int(lengths.max()) if B else 0, width or 0)
     # flat index of each sentence's first position in [B, L]
     first = np.arange(B) * L + (L - lengths if left_pad else 0)
-    keep = slice(None) if max_pieces is None else piece_pos < max_pieces
+    keep = piece_pos < max_pieces if truncate else slice(None)
     word = np.full(B * L, W + 1, dtype=np.int64)
     word[np.repeat(first, n_pieces)[keep] + piece_pos[keep]] = flat_pw[keep]
     if append_eos:
