@@ -350,6 +350,12 @@ def test_conv1d_gradients_match_the_reference(length, max_len):
         torch.testing.assert_close(ours, reference)
 
 
+def test_conv1d_of_an_empty_batch_is_empty():
+    conv = ConvolvedAttention1d(HEADS, 8)
+    out = conv(torch.rand(0, HEADS, 5, 5), None, AttentionContext(5, "cpu"))
+    assert out.shape == (0, HEADS, 5, 5)
+
+
 def test_conv1d_keeps_each_map_once_for_backward():
     """Backward keeps the padded maps (their windows are a view), the ReLU's
     output and the head kernels: no [B, H, T, 3T] window copy, no kernel copy

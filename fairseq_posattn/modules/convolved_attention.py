@@ -59,6 +59,8 @@ class ConvolvedAttention1d(nn.Module):
         with torch.autocast(probs.device.type, enabled=False):
             probs = _zero_padding(at_least_float32(probs), key_padding_mask, rows=True)
             batch = probs.size(0)
+            if batch == 0:  # no window to unfold
+                return probs
             # per head, the batch's maps one under the other, each between two
             # zero rows (query rows -1 and T): query t's window, its rows t-1,
             # t, t+1 side by side, is then 3T consecutive values, and all
