@@ -5,8 +5,9 @@ import json
 
 import pytest
 
-from fairseq_posattn.bench import collate, compiled
+from fairseq_posattn.bench import collate, compiled, recurrent
 from fairseq_posattn.bench import models as bench
+from fairseq_posattn.bench.ratios import per_repeat_ratios, ratio_range
 
 pytestmark = pytest.mark.slow  # command lines, recipes, training
 
@@ -91,3 +92,20 @@ def test_collate_bench_interleaves_the_collaters(capsys):
     assert result["ratios"] == pytest.approx([a / b for a, b in zip(struct_rates, fairseq_rates)])
     out = capsys.readouterr().out
     assert "translation_struct / fairseq" in out and "bytes/sentence (torch.int8)" in out
+
+
+def test_per_repeat_ratios_and_their_range():
+    times, reference = [1.0, 3.0, 2.0004, 0.2], [2.0, 2.0, 1.0, 0.3]
+    assert per_repeat_ratios(times, reference) == [0.5, 1.5, 2.0, 0.667]
+    assert ratio_range(times, reference) == [0.5, 2.0]
+
+
+def test_recurrent_bench_reports_each_rows_per_repeat_range(capsys):
+    result = recurrent.main(["--dim", "8", "--seq-len", "5", "--batch", "2", "--repeats", "3",
+                             "--warmup", "0"])
+    lstm = next(r for r in result["rows"] if r["label"] == "nn.LSTM")
+    assert lstm["train_ratio_range"] == lstm["infer_ratio_range"] == [1.0, 1.0]
+    for row in result["rows"]:
+        low, high = row["train_ratio_range"]
+        assert low <= round(row["train_ratio"], 3) <= high
+    assert "ratio [per repeat]" in capsys.readouterr().out

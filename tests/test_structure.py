@@ -310,6 +310,17 @@ def test_batch_matches_per_sentence_reference(batch, rule, append_eos, max_piece
     _assert_batch_matches_reference(batch, rule, append_eos, max_pieces)
 
 
+@pytest.mark.parametrize("rule", ["figure", "text"])
+@pytest.mark.parametrize("max_pieces", [None, 50])
+def test_batch_of_long_deep_sentences_matches_reference(rule, max_pieces):
+    """Over 63 words (relations in int16) and a path 69 steps deep, beside a short sentence."""
+    chain = np.append(np.arange(2, 71), 0)  # word w's head is word w + 1
+    rng = np.random.default_rng(0)
+    batch = [(chain, np.repeat(np.arange(70), rng.integers(1, 3, size=70))),
+             (np.array([2, 0, 2]), np.array([0, 1, 1, 2]))]
+    _assert_batch_matches_reference(batch, rule, True, max_pieces)
+
+
 def test_batch_figure1_with_subwords_truncation_and_eos():
     # "Bush held a tal@@ k with Sharon": the two pieces of "talk" relate at 0
     heads = [np.array(FIG1_HEADS)]

@@ -50,6 +50,7 @@ from fairseq.sequence_generator import SequenceGenerator
 from ..models.from_flags import build_model_from_flags, stand_in_dictionary
 from ..structure import batch_trees_of_pieces
 from ..structure.control_trees import random_projective_heads
+from .ratios import per_repeat_ratios
 
 
 @dataclass
@@ -307,10 +308,6 @@ def run(settings) -> dict:
                             for runs in (train_runs, infer_runs, decode_runs))
     peaks = measure_memory(rows, settings, device) if settings.memory else {}
 
-    def per_repeat(measured, label, base):
-        """Each repeat's ratio to the baseline's run in the same repeat (the spread is the noise)."""
-        return [round(a / b, 3) for a, b in zip(measured[label], measured[base])]
-
     results = []
     for row in rows:
         base = row.baseline
@@ -319,13 +316,13 @@ def run(settings) -> dict:
             "params": params[row.label],
             "train_ms": 1000 * train[row.label],
             "train_ratio": train[row.label] / train[base],
-            "train_ratio_per_repeat": per_repeat(train_runs, row.label, base),
+            "train_ratio_per_repeat": per_repeat_ratios(train_runs[row.label], train_runs[base]),
             "infer_ms": 1000 * infer[row.label],
             "infer_ratio": infer[row.label] / infer[base],
-            "infer_ratio_per_repeat": per_repeat(infer_runs, row.label, base),
+            "infer_ratio_per_repeat": per_repeat_ratios(infer_runs[row.label], infer_runs[base]),
             "decode_sent_per_s": decode[row.label],
             "decode_ratio": decode[row.label] / decode[base],
-            "decode_ratio_per_repeat": per_repeat(decode_runs, row.label, base),
+            "decode_ratio_per_repeat": per_repeat_ratios(decode_runs[row.label], decode_runs[base]),
         }
         if row.label in peaks:
             entry["peak_mb"] = peaks[row.label]

@@ -42,6 +42,7 @@ from typing import Optional, Sequence
 
 import torch
 
+from fairseq_posattn.bench.ratios import ratio_range
 from fairseq_posattn.modules import onlstm_triton
 from fairseq_posattn.modules.recurrent import RecurrentLayer
 
@@ -112,12 +113,6 @@ def infer_step(x, fn):
     _sync(x)
 
 
-def _ratio_range(times, reference):
-    """Smallest and largest per-repeat ratio of ``times`` to ``reference``."""
-    ratios = [a / b for a, b in zip(times, reference)]
-    return [round(min(ratios), 3), round(max(ratios), 3)]
-
-
 def run(args):
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -151,9 +146,9 @@ def run(args):
             "label": label,
             "params": sum(p.numel() for p in module.parameters()),
             "train_ms": 1e3 * tr, "train_ratio": tr / ref_train,
-            "train_ratio_range": _ratio_range(train[label], train["nn.LSTM"]),
+            "train_ratio_range": ratio_range(train[label], train["nn.LSTM"]),
             "infer_ms": 1e3 * inf, "infer_ratio": inf / ref_infer,
-            "infer_ratio_range": _ratio_range(infer[label], infer["nn.LSTM"]),
+            "infer_ratio_range": ratio_range(infer[label], infer["nn.LSTM"]),
             "train_ms_all": [round(1e3 * v, 1) for v in train[label]],
         })
     return result

@@ -58,11 +58,22 @@ class ConvolvedAttention1d(nn.Module):
         heads = weight.size(0)
         with torch.autocast(probs.device.type, enabled=False):
             probs = _zero_padding(at_least_float32(probs), key_padding_mask, rows=True)
-            padded = F.pad(probs, (0, 0, 1, 1))  # zero query rows -1 and T
-            windows = torch.cat([padded[:, :, k : k + length] for k in range(3)], dim=-1)
+            batch = probs.size(0)
+            if batch == 0:  # no window to unfold
+                return probs
+            # per head, the batch's maps one under the other, each between two
+            # zero rows (query rows -1 and T): query t's window, its rows t-1,
+            # t, t+1 side by side, is then 3T consecutive values, and all
+            # windows are one view (backward keeps the maps once, not a
+            # [B, H, T, 3T] copy) multiplying the head's kernel (not a copy of
+            # it per sentence)
+            stacked = F.pad(probs.transpose(0, 1), (0, 0, 1, 1))  # [H, B, T + 2, T]
+            windows = stacked.reshape(heads, -1).unfold(-1, 3 * length, length)
             kernel = weight.to(probs.dtype).reshape(heads, 3 * length, length)
             out = torch.matmul(windows, kernel) + bias.to(probs.dtype)[:, None, :]
-            out = F.relu(out)
+            # the windows across two sentences (the last two rows of each) dropped
+            out = F.pad(out, (0, 0, 0, 2)).view(heads, batch, length + 2, length)[:, :, :length]
+            out = F.relu(out.transpose(0, 1).contiguous())
         return _zero_padding(out, key_padding_mask, rows=False)
 
 

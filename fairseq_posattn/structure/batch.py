@@ -5,7 +5,7 @@ structural position (depth), the end-of-sentence symbol takes the first
 integer above the tree's maximum depth, and relative structural positions
 follow Eq. 6 (see :func:`relative_structural_positions`).  This is the data
 collater's hot path, so it is vectorised over the batch: ancestors by
-repeated parent look-ups in one batch-wide parent array, then one gather from
+repeated parent look-ups in one batch-wide parent array, then row copies from
 words to pieces.
 """
 
@@ -37,18 +37,22 @@ def _ragged(arrays: Sequence[np.ndarray], what: str) -> Tuple[np.ndarray, np.nda
     return lengths, flat, np.arange(len(flat)) - np.repeat(starts, lengths)
 
 
+def _sentence_of(lengths, flat_index) -> int:
+    """The sentence of an element of a ragged batch's concatenation."""
+    return int(np.searchsorted(np.cumsum(lengths), flat_index, side="right"))
+
+
 def _check_heads(n_words, flat_heads, word_pos) -> None:
     """Fail on heads out of range and words that are their own head (the walk
     to the root below would take them for roots)."""
-    sent_w = np.repeat(np.arange(len(n_words)), n_words)
-    bad = np.flatnonzero((flat_heads < 0) | (flat_heads > n_words[sent_w]))
+    bad = np.flatnonzero((flat_heads < 0) | (flat_heads > np.repeat(n_words, n_words)))
     if bad.size:
-        b = int(sent_w[bad[0]])
+        b = _sentence_of(n_words, bad[0])
         raise fail("batch sentence %d: a HEAD is out of range 0..%d" % (b, n_words[b]),
                    "HEAD must be 0 (root) or the 1-based index of a word of the sentence")
     own = np.flatnonzero(flat_heads == word_pos + 1)
     if own.size:
-        b = int(sent_w[own[0]])
+        b = _sentence_of(n_words, own[0])
         raise fail("batch sentence %d: word %d is its own head (a cycle)"
                    % (b, word_pos[own[0]] + 1),
                    "every word must reach a root (HEAD 0) by following its heads")
@@ -123,15 +127,15 @@ def batch_encoded_structure(trees: Sequence[np.ndarray], rule: str = "figure",
         raise ValueError("max_pieces must be >= 0, got %d" % max_pieces)
     n_pieces, flat, piece_pos = _ragged(trees, "trees")
     begins = flat != 0
-    no_word = np.flatnonzero((piece_pos == 0) & ~begins)
-    if no_word.size:
-        b = int(np.searchsorted(np.cumsum(n_pieces), no_word[0], side="right"))
+    begun = np.concatenate(([0], np.cumsum(begins)))  # words begun before each piece
+    ends = np.cumsum(n_pieces)
+    words_before = begun[ends - n_pieces]
+    n_words = begun[ends] - words_before
+    flat_pw = begun[1:] - 1 - np.repeat(words_before, n_pieces)
+    if len(flat_pw) and flat_pw.min() < 0:  # a sentence's pieces before its first word
+        b = _sentence_of(n_pieces, np.argmax(flat_pw < 0))
         raise fail("batch sentence %d: its first piece starts no word" % b,
                    "the tree data is corrupt")
-    B = len(trees)
-    n_words = np.bincount(np.repeat(np.arange(B), n_pieces)[begins], minlength=B)
-    words_before = np.cumsum(n_words) - n_words
-    flat_pw = np.cumsum(begins) - 1 - np.repeat(words_before, n_pieces)
     flat_heads = flat[begins] - 1
     word_pos = np.arange(len(flat_heads)) - np.repeat(words_before, n_words)
     _check_heads(n_words, flat_heads, word_pos)
@@ -152,67 +156,76 @@ def _structure(n_words, flat_heads, word_pos, n_pieces, flat_pw, piece_pos, rule
     # parents as batch-wide node ids b * W2 + node (roots, EOS and padding are their own)
     parent = np.arange(B * W2)
     parent[at_word] = sent_w * W2 + np.where(flat_heads > 0, flat_heads - 1, word_pos)
-    nodes = np.arange(W2)
-    rows = np.arange(B)[:, None]
-    depth = np.zeros(B * W2, dtype=np.int64)
-    on_path = np.zeros((B, W2, W2), dtype=bool)  # [b, q, k]: k is q or an ancestor of q
-    on_path[:, nodes, nodes] = True
-    flat_on_path = on_path.reshape(-1)
-    cur = np.arange(B * W2)  # each node q's walk to its root
-    # flat_on_path's index of [b, q, k] is row_of[b * W2 + q] + (b * W2 + k): add an ancestor's id
-    row_of = cur * W2 - (cur // W2) * W2
+    # every word's walk to its root: (word, ancestor) for the words still
+    # climbing, one array of each per step (only nodes with a parent move)
+    climbing, above = at_word, at_word
+    walked_by_step, ancestors_by_step = [], []
     for _ in range(W2):
-        up = parent[cur]
-        moved = up != cur
-        if not moved.any():
+        up = parent.take(above)
+        moved = np.flatnonzero(up != above)
+        climbing, above = climbing.take(moved), up.take(moved)
+        if not len(climbing):
             break
-        depth += moved
-        flat_on_path[row_of + up] = True
-        cur = up
+        walked_by_step.append(climbing)
+        ancestors_by_step.append(above)
     else:
-        b = int(np.flatnonzero(moved)[0]) // W2
+        b = int(climbing[0]) // W2
         raise fail("batch sentence %d: the heads form a cycle" % b,
                    "every word must reach a root (HEAD 0) by following its heads")
-    depth = depth.reshape(B, W2)
-    on_path |= on_path.transpose(0, 2, 1)  # or q is an ancestor of k
-    real = np.zeros(B * W2, dtype=bool)
-    real[at_word] = True
-    depth[:, W] = np.where(real.reshape(B, W2), depth, -1).max(1) + 1
+    walked, ancestors = (np.concatenate(a) if a else np.zeros(0, dtype=np.int64)
+                         for a in (walked_by_step, ancestors_by_step))
+    # a word climbs as many steps as it is deep
+    depth = np.bincount(walked, minlength=B * W2).reshape(B, W2)
+    depth[:, W] = depth.max(1) + (n_words > 0)  # EOS; padding and the unused words are at 0
 
     # Eq. 6 between words, in the output's type (|rel| <= d_k + d_q <= 2 W:
     # EOS is at most W deep); the sign is that of the word indices, which
-    # pieces share.
+    # pieces share.  First every pair as if on different paths,
+    # sign(k - q) (d_k + d_q), then the pairs on one path, |d_k - d_q| steps
+    # apart, from the walk.  Both rules make rel_words antisymmetric.
     small = smallest_int_type(2 * W)
-    dq, dk = depth.astype(small)[:, :, None], depth.astype(small)[:, None, :]
-    sign = np.sign(nodes[None, :] - nodes[:, None]).astype(small)
-    rel_words = dk + dq  # words on different paths: sign(k - q) (d_k + d_q)
-    if rule == "figure":  # one path: sign(k - q) |d_k - d_q| = sign(k - q) (d_k + d_q - 2 min)
-        rel_words -= 2 * np.minimum(dk, dq) * on_path
-        rel_words *= sign
-    else:  # one path: d_k - d_q
-        rel_words *= sign
-        np.copyto(rel_words, dk - dq, where=on_path)
+    small_depth = depth.astype(small)
+    # [b, q * W2 + k]: d_q + d_k from two contiguous copies (a broadcast sum is slower)
+    rel_words = (np.repeat(small_depth, W2, axis=1) + np.tile(small_depth, W2)).reshape(B, W2, W2)
+    nodes = np.arange(W2)
+    rel_words *= np.sign(nodes[None, :] - nodes[:, None]).astype(small)
+    steps = np.repeat(np.arange(1, len(walked_by_step) + 1, dtype=small),
+                      [len(a) for a in walked_by_step])
+    first_node = np.repeat(np.arange(0, B * W2, W2), W2).take(walked)  # b * W2
+    flat_rel = rel_words.reshape(-1)
+    to_ancestor = walked * W2 + ancestors - first_node  # [b, q, k]: k an ancestor of q
+    from_ancestor = ancestors * W2 + walked - first_node  # [b, k, q]
+    if rule == "figure":  # sign(k - q) |d_k - d_q|
+        steps = np.where(ancestors > walked, steps, -steps)
+        flat_rel[to_ancestor] = steps
+        flat_rel[from_ancestor] = -steps
+    else:  # d_k - d_q
+        flat_rel[to_ancestor] = -steps
+        flat_rel[from_ancestor] = steps
     rel_words[:, W + 1, :] = 0
     rel_words[:, :, W + 1] = 0
-    depth[:, W + 1] = 0
 
-    # Piece level: one gather from words (EOS -> word W, padding -> W + 1).
-    kept = n_pieces if max_pieces is None else np.minimum(n_pieces, max_pieces)
+    # Piece level: gathers from words (EOS -> word W, padding -> W + 1).
+    truncate = bool(max_pieces is not None and B and max_pieces < n_pieces.max())  # cuts a sentence
+    kept = np.minimum(n_pieces, max_pieces) if truncate else n_pieces
     lengths = kept + int(append_eos)
     L = max(int(lengths.max()) if B else 0, width or 0)
-    offset = L - lengths if left_pad else np.zeros(B, dtype=np.int64)
-    keep = np.ones(len(flat_pw), dtype=bool) if max_pieces is None else piece_pos < max_pieces
-    word = np.full((B, L), W + 1, dtype=np.int64)
-    sent_p = np.repeat(np.arange(B), n_pieces)[keep]
-    word[sent_p, offset[sent_p] + piece_pos[keep]] = flat_pw[keep]
+    # flat index of each sentence's first position in [B, L]
+    first = np.arange(B) * L + (L - lengths if left_pad else 0)
+    keep = piece_pos < max_pieces if truncate else slice(None)
+    word = np.full(B * L, W + 1, dtype=np.int64)
+    word[np.repeat(first, n_pieces)[keep] + piece_pos[keep]] = flat_pw[keep]
     if append_eos:
-        word[np.arange(B), offset + kept] = W
-    # the rows of the pieces' words (whole rows copied), then their columns
-    # (an expanded index: nothing [B, L, L] but the result is allocated)
-    word_rows = (rows * W2 + word).reshape(-1)
-    rel = torch.from_numpy(rel_words).view(B * W2, W2).index_select(0, torch.from_numpy(word_rows))
-    rel = torch.gather(rel.view(B, L, W2), 2, torch.from_numpy(word)[:, None, :].expand(B, L, L))
-    depths = depth.reshape(-1).take(word_rows).astype(smallest_int_type(W)).reshape(B, L)
+        word[first + kept] = W
+    word_rows = (np.arange(B)[:, None] * W2 + word.reshape(B, L)).reshape(-1)
+    # the rows of the pieces' words, then their columns: as rel_words is
+    # antisymmetric, [b, q, word_j] is -[b, word_j, q], so the columns are
+    # the negated transpose of the rows (two row copies and a transpose are
+    # faster than gathering single elements)
+    rows = rel_words.reshape(B * W2, W2).take(word_rows, axis=0).reshape(B, L, W2)
+    columns = np.negative(rows.transpose(0, 2, 1), out=np.empty((B, W2, L), dtype=small))
+    rel = torch.from_numpy(columns.reshape(B * W2, L).take(word_rows, axis=0).reshape(B, L, L))
+    depths = depth.astype(smallest_int_type(W)).reshape(-1).take(word_rows).reshape(B, L)
     return torch.from_numpy(depths), rel, torch.from_numpy(lengths)
 
 
