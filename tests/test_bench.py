@@ -7,7 +7,7 @@ import pytest
 
 from fairseq_posattn.bench import collate, compiled, recurrent
 from fairseq_posattn.bench import models as bench
-from fairseq_posattn.bench.ratios import per_repeat_ratios, ratio_range
+from fairseq_posattn.bench.timing import per_repeat_ratios, ratio_range
 
 pytestmark = pytest.mark.slow  # command lines, recipes, training
 
@@ -97,6 +97,7 @@ def test_collate_bench_interleaves_the_collaters(capsys):
 def test_per_repeat_ratios_and_their_range():
     times, reference = [1.0, 3.0, 2.0004, 0.2], [2.0, 2.0, 1.0, 0.3]
     assert per_repeat_ratios(times, reference) == [0.5, 1.5, 2.0, 0.667]
+    assert per_repeat_ratios(times, reference, digits=None) == [a / b for a, b in zip(times, reference)]
     assert ratio_range(times, reference) == [0.5, 2.0]
 
 

@@ -69,29 +69,32 @@ def _padded_batch(lengths, dim, dtype=torch.float64, pad_value=None, seed=0):
 
 @pytest.mark.parametrize("bidirectional", [True, False])
 @pytest.mark.parametrize("chunk", [1, 2])
-def test_onlstm_matches_reference_forward_and_gradients(bidirectional, chunk):
+@pytest.mark.parametrize("dtype, tol", [(torch.float64, 1e-10), (torch.float32, 1e-5)])
+def test_onlstm_matches_reference_forward_and_gradients(bidirectional, chunk, dtype, tol):
+    """float64 takes ``baddbmm``; float32 on a CPU the oneDNN packed matmuls."""
     torch.manual_seed(0)
-    layer = RecurrentLayer(D_MODEL, "onlstm", hidden_dim=HIDDEN, bidirectional=bidirectional, chunk_size=chunk).double()
+    layer = RecurrentLayer(D_MODEL, "onlstm", hidden_dim=HIDDEN, bidirectional=bidirectional, chunk_size=chunk).to(dtype)
     rnn = layer.rnn
     assert rnn.num_gates == 4 * HIDDEN + 2 * HIDDEN // chunk
     x, lengths = _padded_batch([5, 2, 4, 1], D_MODEL, pad_value=3.0)
     upstream = torch.randn(x.shape, dtype=torch.float64)
 
-    x_mod = x.clone().requires_grad_()
+    x_mod = x.to(dtype).requires_grad_()
     y_mod = layer(x_mod, lengths)
-    (y_mod * upstream).sum().backward()
+    (y_mod * upstream.to(dtype)).sum().backward()
 
-    params = [p.detach().clone().requires_grad_() for p in
+    params = [p.detach().double().requires_grad_() for p in
               (rnn.weight_ih, rnn.weight_hh, rnn.bias_ih, rnn.bias_hh, layer.proj.weight, layer.proj.bias)]
-    x_ref = x.clone().requires_grad_()
+    x_ref = x.to(dtype).double().requires_grad_()
     y_ref = _ref_layer(x_ref, lengths, params, HIDDEN, chunk, bidirectional, residual=True)
     (y_ref * upstream).sum().backward()
 
-    torch.testing.assert_close(y_mod, y_ref, atol=1e-10, rtol=1e-9)
-    torch.testing.assert_close(x_mod.grad, x_ref.grad, atol=1e-10, rtol=1e-9)
+    close = dict(atol=tol, rtol=tol, check_dtype=False)
+    torch.testing.assert_close(y_mod, y_ref, **close)
+    torch.testing.assert_close(x_mod.grad, x_ref.grad, **close)
     mine = (rnn.weight_ih, rnn.weight_hh, rnn.bias_ih, rnn.bias_hh, layer.proj.weight, layer.proj.bias)
     for name, p, q in zip(["weight_ih", "weight_hh", "bias_ih", "bias_hh", "proj.weight", "proj.bias"], mine, params):
-        torch.testing.assert_close(p.grad, q.grad, atol=1e-10, rtol=1e-9, msg=name)
+        torch.testing.assert_close(p.grad, q.grad, msg=name, **close)
     # pad positions: exactly zero output, exactly zero gradient
     pad = torch.arange(x.size(0)).unsqueeze(1) >= lengths.unsqueeze(0)
     assert (y_mod[pad] == 0).all() and (x_mod.grad[pad] == 0).all()
@@ -136,6 +139,59 @@ def test_scripted_and_eager_loops_agree():
     eager = recurrent._onlstm_backward_eager(grad, inputs[3], hs, acts.clone(), cells, batch_sizes, HIDDEN, 1)
     for a, b in zip(scripted, eager):
         torch.testing.assert_close(a, b)
+
+
+needs_onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN")
+
+
+@needs_onednn
+@pytest.mark.parametrize("chunk", [1, 2])
+@pytest.mark.parametrize("save", [True, False])
+def test_onednn_recurrent_matmuls_equal_baddbmm(chunk, save):
+    """oneDNN's packed weights compute the loops' ``baddbmm`` products (to
+    float32 round-off), forward and backward, sentences ending early included;
+    the eager loop (the fallback without TorchScript) takes them too."""
+    batch_sizes = [4, 4, 3, 3, 1]
+    inputs = _packed_inputs(2, batch_sizes, chunk, dtype=torch.float32, seed=5)
+    runs = [loop(*[t.clone() for t in inputs], batch_sizes, HIDDEN, chunk, save, onednn)
+            for loop, onednn in ((recurrent._onlstm_forward, False), (recurrent._onlstm_forward, True),
+                                 (recurrent._onlstm_forward_eager, True))]
+    for ours in runs[1:]:
+        for a, b in zip(ours, runs[0]):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    if save:
+        grad = torch.randn(runs[0][0].shape, generator=torch.Generator().manual_seed(6))
+        hs, acts, cells = runs[0]
+        grads = [loop(grad, inputs[3], hs, acts.clone(), cells, batch_sizes, HIDDEN, chunk, onednn)
+                 for loop, onednn in ((recurrent._onlstm_backward, False), (recurrent._onlstm_backward, True),
+                                      (recurrent._onlstm_backward_eager, True))]
+        for ours in grads[1:]:
+            for a, b in zip(ours, grads[0]):
+                torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def _recurrent_matmul_calls(layer, x, lengths):
+    """Profiled calls of oneDNN's packed matmul and of ``baddbmm`` in one forward + backward of ``layer``."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        layer(x.requires_grad_(), lengths).sum().backward()
+    names = [e.name for e in prof.events()]
+    return names.count("mkldnn::_linear_pointwise"), names.count("aten::baddbmm")
+
+
+@needs_onednn
+@pytest.mark.filterwarnings("ignore:TF32 acceleration")  # set by mkldnn.flags
+def test_float32_cpu_recurrence_takes_onednn():
+    """Every recurrent product of a float32 CPU layer is one oneDNN matmul per
+    direction ((T - 1) steps forward and as many backward); float64 and
+    ``torch.backends.mkldnn.flags(enabled=False)`` keep ``baddbmm``."""
+    lengths = [5, 3, 5]
+    layer = RecurrentLayer(D_MODEL, "onlstm", hidden_dim=HIDDEN)
+    x, lengths = _padded_batch(lengths, D_MODEL, dtype=torch.float32)
+    steps = int(lengths.max()) - 1
+    assert _recurrent_matmul_calls(layer, x.clone(), lengths) == (2 * 2 * steps, 1)  # baddbmm: the input projection
+    with torch.backends.mkldnn.flags(enabled=False):
+        assert _recurrent_matmul_calls(layer, x.clone(), lengths) == (0, 1 + 2 * steps)
+    assert _recurrent_matmul_calls(layer.double(), x.double(), lengths) == (0, 1 + 2 * steps)
 
 
 def test_inference_path_keeps_nothing_and_equals_the_training_path():

@@ -21,6 +21,7 @@ import torch
 
 from ..structure import batch_piece_structure, encode_piece_tree
 from ..structure.control_trees import random_projective_heads
+from .timing import per_repeat_ratios
 
 
 def random_sentence(rng: np.random.Generator, n: int):
@@ -98,7 +99,7 @@ def main(argv=None) -> dict:
     for name, measured in rates.items():
         print("%s: %.0f sentences/s (median of %d rounds)" % (name, np.median(measured), args.rounds))
     fairseq_rates, struct_rates = rates.values()
-    ratios = [a / b for a, b in zip(struct_rates, fairseq_rates)]
+    ratios = per_repeat_ratios(struct_rates, fairseq_rates, digits=None)
     print("translation_struct / fairseq: %.2f (per round %.2f-%.2f)"
           % (np.median(ratios), min(ratios), max(ratios)))
     dataset, items = datasets["TreeLanguagePairDataset.collater"]

@@ -50,7 +50,7 @@ from fairseq.sequence_generator import SequenceGenerator
 from ..models.from_flags import build_model_from_flags, stand_in_dictionary
 from ..structure import batch_trees_of_pieces
 from ..structure.control_trees import random_projective_heads
-from .ratios import per_repeat_ratios
+from .timing import per_repeat_ratios, synchronize
 
 
 @dataclass
@@ -163,10 +163,6 @@ class Runner:
         )
         self.device = device
 
-    def _sync(self):
-        if self.device.type == "cuda":
-            torch.cuda.synchronize()
-
     def train_step(self) -> float:
         self.model.train()
         start = time.perf_counter()
@@ -178,7 +174,7 @@ class Runner:
         else:
             self._master_step()
         self.optimizer.zero_grad(set_to_none=True)
-        self._sync()
+        synchronize(self.device)
         return time.perf_counter() - start
 
     @torch.no_grad()
@@ -197,7 +193,7 @@ class Runner:
         self.model.eval()
         start = time.perf_counter()
         self.model(self.src, self.lengths, self.prev, **self.trees)
-        self._sync()
+        synchronize(self.device)
         return time.perf_counter() - start
 
     @torch.no_grad()
@@ -207,7 +203,7 @@ class Runner:
         start = time.perf_counter()
         net_input = {"src_tokens": self.src, "src_lengths": self.lengths, **self.trees}
         self.generator.generate([self.model], {"net_input": net_input})
-        self._sync()
+        synchronize(self.device)
         return self.src.size(0) / (time.perf_counter() - start)
 
 
@@ -406,7 +402,7 @@ def profile_row(row: BenchRow, settings, device, updates: int = 3) -> str:
             with record_function("phase: optimizer"):
                 runner.optimizer.step()
                 runner.optimizer.zero_grad(set_to_none=True)
-            runner._sync()
+            synchronize(runner.device)
     timer.remove()
     averages = prof.key_averages()
     ranges = {e.key: e.cpu_time_total for e in averages if e.key.startswith(("phase: ", "part: "))}

@@ -42,7 +42,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from fairseq_posattn.bench.ratios import ratio_range
+from fairseq_posattn.bench.timing import ratio_range, synchronize
 from fairseq_posattn.modules import onlstm_triton
 from fairseq_posattn.modules.recurrent import RecurrentLayer
 
@@ -95,22 +95,17 @@ def build(args):
     return x, rows
 
 
-def _sync(x):
-    if x.is_cuda:
-        torch.cuda.synchronize(x.device)
-
-
 def train_step(x, module, fn):
     _zero(module)
     x.grad = None
     fn().sum().backward()
-    _sync(x)
+    synchronize(x.device)
 
 
 def infer_step(x, fn):
     with torch.no_grad():
         fn()
-    _sync(x)
+    synchronize(x.device)
 
 
 def run(args):

@@ -49,7 +49,10 @@ directions (none at step 0, where ``h = 0``; recurrent weights
 equations allow (``f_hat = mf - w * (1 - f)`` as one ``addcmul``, ...).  The
 backward is hand-written (``_ONLSTMFunction``, also a scripted loop): one
 ``baddbmm`` per step for the recurrent input plus the upstream gradient, the
-weight gradients as one matmul each over all steps.  Memory: the forward
+weight gradients as one matmul each over all steps.  On a CPU in float32
+the per-step products take oneDNN's packed weights instead of ``baddbmm``
+(the recurrent weight laid out once per call, one matmul with the sum fused
+per direction and step: about twice as fast at d = 512).  Memory: the forward
 writes each step's activated gates over its own input projections and the
 backward writes the gate gradients over those -- one ``[D, N, G]`` buffer
 for the layer (a second backward through the same graph is therefore
@@ -77,6 +80,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from fairseq_posattn.modules import onlstm_triton
+from fairseq_posattn.modules.packed_steps import forward_buffers, recurrent_weight_grad, step_starts
 
 __all__ = ["KERNELS", "ONLSTM", "RecurrentLayer", "cumax", "reversal_index"]
 
@@ -107,60 +111,37 @@ def _expand_chunks(m: Tensor, chunk_size: int) -> Tensor:
     return m.unsqueeze(-1).expand(m.shape + (chunk_size,)).flatten(-2)
 
 
-def _forward_buffers(
-    xs: Tensor, w_ih: Tensor, bias: Tensor, batch_sizes: List[int], hidden: int, save: bool,
-) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
-    """The input projections ``xg [D, N, G]`` of all steps and directions (one
-    matmul) and the forward's buffers: activated gates (``xg`` itself when
-    the dtypes agree; empty without ``save``), cell states (every step's, or
-    one step's without ``save``) and hidden states ``[D, N + 1, hidden]``, row ``N`` zero."""
-    num_dir, num_rows, _ = xs.shape
-    acc = torch.promote_types(xs.dtype, torch.float32)
-    xg = torch.baddbmm(bias, xs, w_ih)
-    if not save:
-        acts = torch.empty(num_dir, 0, w_ih.size(2), dtype=acc, device=xs.device)
-    elif xg.dtype == acc:
-        acts = xg
-    else:
-        acts = torch.empty(xg.shape, dtype=acc, device=xs.device)
-    max_batch = batch_sizes[0] if len(batch_sizes) > 0 else 0
-    cells = torch.empty(num_dir, num_rows if save else max_batch, hidden, dtype=acc, device=xs.device)
-    out = torch.empty(num_dir, num_rows + 1, hidden, dtype=xs.dtype, device=xs.device)
-    out[:, num_rows] = 0.0
-    return xg, acts, cells, out
+def _onednn_weights(w: Tensor, batch_sizes: List[int]) -> List[Tensor]:
+    """Each direction's ``[D, K, M]`` weight in oneDNN's packed layout for ``x @ w[d]``.
+
+    Laid out once per call (a copy of the weight), then every step's
+    ``[n, K] @ [K, M]`` reads it as one blocked GEMM: on a 2-core AVX-512
+    CPU about twice the speed of ``baddbmm`` at ``n = 32, K = 512, M = 3072``."""
+    if len(batch_sizes) < 2:  # no step reads h_{t-1}
+        return []
+    return [torch.ops.mkldnn._reorder_linear_weight(w[d].t().contiguous(), batch_sizes[0]) for d in range(w.size(0))]
 
 
-def _step_starts(batch_sizes: List[int]) -> List[int]:
-    """First packed row of each step."""
-    starts: List[int] = []
-    start = 0
-    for n in batch_sizes:
-        starts.append(start)
-        start += n
-    return starts
+def _recurrent_matmul(base: Tensor, h: Tensor, w: Tensor, packed: List[Tensor]) -> Tensor:
+    """``base + h @ w`` for every direction (``[D, n, *]``): one ``baddbmm``, or
+    with :func:`_onednn_weights` one oneDNN matmul per direction with the sum fused in."""
+    if len(packed) == 0:
+        return torch.baddbmm(base, h, w)
+    return torch.stack([
+        torch.ops.mkldnn._linear_pointwise(h[d], base[d], packed[d], None, "add") for d in range(len(packed))
+    ])
 
 
-def _recurrent_weight_grad(hs: Tensor, grad_xg: Tensor, w_hh: Tensor, batch_sizes: List[int]) -> Tensor:
-    """``dW_hh = sum_t h_{t-1}^T dg_t`` (``h_{-1} = 0``): one matmul over all steps.
-
-    ``h_{t-1}`` is the first ``batch_sizes[t]`` rows of step ``t - 1``, all
-    of it without padding."""
-    steps = len(batch_sizes)
-    if steps < 2:
-        return torch.zeros_like(w_hh)
-    first = batch_sizes[0]
-    num_rows = grad_xg.size(1)
-    if batch_sizes[steps - 1] == first:
-        h_prev = hs[:, : num_rows - first]
-    else:
-        starts = _step_starts(batch_sizes)
-        h_prev = torch.cat([hs[:, starts[t - 1] : starts[t - 1] + batch_sizes[t]] for t in range(1, steps)], 1)
-    return torch.bmm(h_prev.transpose(1, 2), grad_xg[:, first:])
+def _onednn_applies(w: Tensor) -> bool:
+    """oneDNN's packed matmuls take the recurrence: float32 on a CPU, oneDNN built and enabled
+    (``torch.backends.mkldnn.flags(enabled=False)`` turns them off)."""
+    return (w.device.type == "cpu" and w.dtype == torch.float32
+            and torch.backends.mkldnn.is_available() and bool(torch.backends.mkldnn.enabled))
 
 
 def _onlstm_forward(
     xs: Tensor, w_ih: Tensor, bias: Tensor, w_hh: Tensor, batch_sizes: List[int],
-    hidden: int, chunk_size: int, save: bool,
+    hidden: int, chunk_size: int, save: bool, onednn: bool = False,
 ) -> Tuple[Tensor, Tensor, Tensor]:
     """The ON-LSTM layer over packed sequences, all directions at once.
 
@@ -182,12 +163,14 @@ def _onlstm_forward(
     overwrite their own pre-activations (one ``[D, N, G]`` buffer).  Without
     ``save`` (inference) nothing is kept: each step's gates overwrite that
     step's pre-activations, the gates returned are empty and the cell states
-    are one step's.
+    are one step's.  With ``onednn`` (CPU, float32) the recurrent matmuls
+    take oneDNN's packed weights (:func:`_recurrent_matmul`).
     """
     num_dir = xs.size(0)
     n_chunk = hidden // chunk_size
     acc = torch.promote_types(xs.dtype, torch.float32)
-    xg, acts, cells, out = _forward_buffers(xs, w_ih, bias, batch_sizes, hidden, save)
+    xg, acts, cells, out = forward_buffers(xs, w_ih, bias, batch_sizes, hidden, save)
+    packed = _onednn_weights(w_hh, batch_sizes) if onednn else []
     start = 0
     prev = 0  # first row of the previous step
     for t, n in enumerate(batch_sizes):
@@ -195,7 +178,7 @@ def _onlstm_forward(
         if t == 0:  # h_{-1} = 0
             g = xg[:, start:stop].to(acc)
         else:
-            g = torch.baddbmm(xg[:, start:stop], out[:, prev : prev + n], w_hh).to(acc)
+            g = _recurrent_matmul(xg[:, start:stop], out[:, prev : prev + n], w_hh, packed).to(acc)
         a = acts[:, start:stop] if save else g  # g itself is free to overwrite
         sig = torch.sigmoid(g[:, :, : 3 * hidden], out=a[:, :, : 3 * hidden])  # f, i, o
         c_hat = torch.tanh(g[:, :, 3 * hidden : 4 * hidden], out=a[:, :, 3 * hidden : 4 * hidden])
@@ -230,6 +213,7 @@ def _onlstm_backward(
     batch_sizes: List[int],
     hidden: int,
     chunk_size: int,
+    onednn: bool = False,
 ) -> Tuple[Tensor, Tensor]:
     """Gradients of :func:`_onlstm_forward` (with ``save``) w.r.t. its input projections ``[D, N, G]`` and ``w_hh``.
 
@@ -243,13 +227,16 @@ def _onlstm_backward(
     num_gates = w_hh.size(2)
     n_chunk = hidden // chunk_size
     acc = acts.dtype
-    # [D, G, hidden] contiguous: the per-step bmm is ~35% faster than with the
-    # strided view, and 2-D transposed copies take ATen's blocked path
-    w_t = torch.empty(num_dir, num_gates, hidden, dtype=w_hh.dtype, device=w_hh.device)
-    for d in range(num_dir):
-        w_t[d].copy_(w_hh[d].t())
+    w_t = w_hh.transpose(1, 2)  # [D, G, hidden]
+    packed = _onednn_weights(w_t, batch_sizes) if onednn else []
+    if not onednn:
+        # contiguous: the per-step bmm is ~35% faster than with the strided
+        # view, and 2-D transposed copies take ATen's blocked path
+        w_t = torch.empty(num_dir, num_gates, hidden, dtype=w_hh.dtype, device=w_hh.device)
+        for d in range(num_dir):
+            w_t[d].copy_(w_hh[d].t())
     grad_xg = acts if acts.dtype == hs.dtype else torch.empty(acts.shape, dtype=hs.dtype, device=hs.device)
-    starts = _step_starts(batch_sizes)
+    starts = step_starts(batch_sizes)
     steps = len(batch_sizes)
     n = batch_sizes[steps - 1] if steps > 0 else 0
     dc = torch.zeros(num_dir, n, hidden, dtype=acc, device=hs.device)
@@ -303,12 +290,12 @@ def _onlstm_backward(
         if t > 0:
             dc = dc * f_hat
             prev, n_prev = starts[t - 1], batch_sizes[t - 1]
-            dh = torch.baddbmm(grad_hs[:, prev : prev + n], dg, w_t).to(acc)
+            dh = _recurrent_matmul(grad_hs[:, prev : prev + n], dg, w_t, packed).to(acc)
             if n_prev > n:  # sentences whose last step is t - 1
                 dc = torch.cat([dc, torch.zeros(num_dir, n_prev - n, hidden, dtype=acc, device=hs.device)], 1)
                 dh = torch.cat([dh, grad_hs[:, prev + n : prev + n_prev].to(acc)], 1)
             n = n_prev
-    return grad_xg, _recurrent_weight_grad(hs, grad_xg, w_hh, batch_sizes)
+    return grad_xg, recurrent_weight_grad(hs, grad_xg, w_hh, batch_sizes)
 
 
 _onlstm_forward_eager = _onlstm_forward
@@ -333,24 +320,29 @@ class _ONLSTMFunction(torch.autograd.Function):
     def forward(ctx, xs: Tensor, w_ih: Tensor, bias: Tensor, w_hh: Tensor, batch_sizes: List[int],
                 hidden: int, chunk_size: int, save: bool, fused: bool = False) -> Tensor:
         # ``save`` comes from the caller: grad mode is always off in here
-        loop = onlstm_triton.onlstm_forward if fused else _onlstm_forward
-        hs, acts, cells = loop(xs, w_ih, bias, w_hh, batch_sizes, hidden, chunk_size, save)
+        onednn = not fused and _onednn_applies(w_hh)
+        if fused:
+            hs, acts, cells = onlstm_triton.onlstm_forward(xs, w_ih, bias, w_hh, batch_sizes, hidden, chunk_size, save)
+        else:
+            hs, acts, cells = _onlstm_forward(xs, w_ih, bias, w_hh, batch_sizes, hidden, chunk_size, save, onednn)
         if save:
             ctx.save_for_backward(xs, w_ih, w_hh, hs, acts, cells)
             ctx.batch_sizes = batch_sizes
             ctx.hidden = hidden
             ctx.chunk_size = chunk_size
             ctx.fused = fused
+            ctx.onednn = onednn
         return hs
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_hs: Tensor):
         xs, w_ih, w_hh, hs, acts, cells = ctx.saved_tensors
-        loop = onlstm_triton.onlstm_backward if ctx.fused else _onlstm_backward
-        grad_xg, grad_w_hh = loop(
-            grad_hs.contiguous(), w_hh, hs, acts, cells, ctx.batch_sizes, ctx.hidden, ctx.chunk_size
-        )
+        args = (grad_hs.contiguous(), w_hh, hs, acts, cells, ctx.batch_sizes, ctx.hidden, ctx.chunk_size)
+        if ctx.fused:
+            grad_xg, grad_w_hh = onlstm_triton.onlstm_backward(*args)
+        else:
+            grad_xg, grad_w_hh = _onlstm_backward(*args, ctx.onednn)
         grad_xs = grad_w_ih = grad_bias = None
         if ctx.needs_input_grad[0]:
             grad_xs = torch.bmm(grad_xg, w_ih.transpose(1, 2))

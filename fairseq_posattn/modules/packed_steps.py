@@ -1,0 +1,66 @@
+"""Packed-sequence bookkeeping shared by the ON-LSTM's recurrences.
+
+The TorchScript loop (:mod:`.recurrent`) and the fused Triton steps
+(:mod:`.onlstm_triton`) walk the same packed layout -- time-major rows,
+sentences sorted longest first, step ``t`` over the ``batch_sizes[t]``
+sentences longer than ``t`` -- and share its buffers, its step offsets and
+the recurrent weight gradient computed after the loop.
+"""
+
+from typing import List, Tuple
+
+import torch
+from torch import Tensor
+
+__all__ = ["forward_buffers", "step_starts", "recurrent_weight_grad"]
+
+
+def forward_buffers(
+    xs: Tensor, w_ih: Tensor, bias: Tensor, batch_sizes: List[int], hidden: int, save: bool,
+) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The input projections ``xg [D, N, G]`` of all steps and directions (one
+    matmul) and the forward's buffers: activated gates (``xg`` itself when
+    the dtypes agree; empty without ``save``), cell states (every step's, or
+    one step's without ``save``) and hidden states ``[D, N + 1, hidden]``, row ``N`` zero."""
+    num_dir, num_rows, _ = xs.shape
+    acc = torch.promote_types(xs.dtype, torch.float32)
+    xg = torch.baddbmm(bias, xs, w_ih)
+    if not save:
+        acts = torch.empty(num_dir, 0, w_ih.size(2), dtype=acc, device=xs.device)
+    elif xg.dtype == acc:
+        acts = xg
+    else:
+        acts = torch.empty(xg.shape, dtype=acc, device=xs.device)
+    max_batch = batch_sizes[0] if len(batch_sizes) > 0 else 0
+    cells = torch.empty(num_dir, num_rows if save else max_batch, hidden, dtype=acc, device=xs.device)
+    out = torch.empty(num_dir, num_rows + 1, hidden, dtype=xs.dtype, device=xs.device)
+    out[:, num_rows] = 0.0
+    return xg, acts, cells, out
+
+
+def step_starts(batch_sizes: List[int]) -> List[int]:
+    """First packed row of each step."""
+    starts: List[int] = []
+    start = 0
+    for n in batch_sizes:
+        starts.append(start)
+        start += n
+    return starts
+
+
+def recurrent_weight_grad(hs: Tensor, grad_xg: Tensor, w_hh: Tensor, batch_sizes: List[int]) -> Tensor:
+    """``dW_hh = sum_t h_{t-1}^T dg_t`` (``h_{-1} = 0``): one matmul over all steps.
+
+    ``h_{t-1}`` is the first ``batch_sizes[t]`` rows of step ``t - 1``, all
+    of it without padding."""
+    steps = len(batch_sizes)
+    if steps < 2:
+        return torch.zeros_like(w_hh)
+    first = batch_sizes[0]
+    num_rows = grad_xg.size(1)
+    if batch_sizes[steps - 1] == first:
+        h_prev = hs[:, : num_rows - first]
+    else:
+        starts = step_starts(batch_sizes)
+        h_prev = torch.cat([hs[:, starts[t - 1] : starts[t - 1] + batch_sizes[t]] for t in range(1, steps)], 1)
+    return torch.bmm(h_prev.transpose(1, 2), grad_xg[:, first:])
