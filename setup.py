@@ -18,6 +18,8 @@ setup(
         "convolved attention, relative position scores)"
     ),
     packages=find_packages(include=["fairseq_posattn", "fairseq_posattn.*"]),
+    # the ON-LSTM's CPU cell, compiled on first use (torch.utils.cpp_extension, with ninja)
+    package_data={"fairseq_posattn.modules": ["csrc/*.cpp"]},
     python_requires=">=3.8",
     install_requires=[
         # fairseq 0.12.2 does not import on Python >= 3.11; the fairseq-fixed
@@ -26,6 +28,7 @@ setup(
         'fairseq-fixed==0.12.3.1; python_version >= "3.11"',
         # A range, so that an already installed torch (CPU or CUDA build) is kept.
         "torch>=1.13",
+        "ninja",
         "numpy",
         "sentencepiece",
         "subword-nmt",

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from fairseq_posattn.modules import recurrent
+from fairseq_posattn.modules import onlstm_cpp, onlstm_triton, recurrent
 from fairseq_posattn.modules.recurrent import ONLSTM, RecurrentLayer, _ONLSTMFunction, cumax, reversal_index
 
 D_MODEL = 6
@@ -69,11 +69,17 @@ def _padded_batch(lengths, dim, dtype=torch.float64, pad_value=None, seed=0):
 
 @pytest.mark.parametrize("bidirectional", [True, False])
 @pytest.mark.parametrize("chunk", [1, 2])
-@pytest.mark.parametrize("dtype, tol", [(torch.float64, 1e-10), (torch.float32, 1e-5)])
-def test_onlstm_matches_reference_forward_and_gradients(bidirectional, chunk, dtype, tol):
-    """float64 takes ``baddbmm``; float32 on a CPU the oneDNN packed matmuls."""
+@pytest.mark.parametrize("dtype, tol, kernel", [(torch.float64, 1e-10, "script"), (torch.float32, 1e-5, "script"),
+                                               (torch.float32, 1e-5, "cpp")])
+def test_onlstm_matches_reference_forward_and_gradients(bidirectional, chunk, dtype, tol, kernel):
+    """float64 takes ``baddbmm``; float32 on a CPU the oneDNN packed matmuls,
+    with the scripted gate arithmetic or the C++ cell (packing, reversal,
+    projection and pads included)."""
+    if kernel == "cpp" and onlstm_cpp.cell() is None:
+        pytest.skip("the C++ cell is not built here")
     torch.manual_seed(0)
-    layer = RecurrentLayer(D_MODEL, "onlstm", hidden_dim=HIDDEN, bidirectional=bidirectional, chunk_size=chunk).to(dtype)
+    layer = RecurrentLayer(D_MODEL, "onlstm", hidden_dim=HIDDEN, bidirectional=bidirectional, chunk_size=chunk,
+                           kernel=kernel).to(dtype)
     rnn = layer.rnn
     assert rnn.num_gates == 4 * HIDDEN + 2 * HIDDEN // chunk
     x, lengths = _padded_batch([5, 2, 4, 1], D_MODEL, pad_value=3.0)
@@ -222,12 +228,19 @@ def test_inference_path_keeps_nothing_and_equals_the_training_path():
     assert torch.equal(y_nograd, y_train.detach()) and torch.equal(y_frozen, y_nograd)
 
 
-def test_second_backward_through_the_layer_is_refused():
-    """The backward writes the gate gradients over the saved gates: a second
-    backward through the same graph must fail, not read them."""
-    layer = RecurrentLayer(D_MODEL, "onlstm", hidden_dim=HIDDEN)
+@pytest.mark.parametrize("kernel", ["script", "cpp", "triton"])
+def test_second_backward_through_the_layer_is_refused(kernel):
+    """Every kernel writes the gate gradients over the saved gates (the C++
+    cell and the Triton kernels behind autograd's back, then bump the
+    version): a second backward through the same graph must fail, not read them."""
+    if kernel == "triton" and onlstm_triton.triton is None:
+        pytest.skip("triton is not installed")
+    if kernel == "cpp" and onlstm_cpp.cell() is None:
+        pytest.skip("the C++ cell is not built here")
+    device = "cuda" if kernel == "triton" and torch.cuda.is_available() else "cpu"
+    layer = RecurrentLayer(D_MODEL, "onlstm", hidden_dim=HIDDEN, kernel=kernel).to(device)
     x, lengths = _padded_batch([3, 2], D_MODEL, dtype=torch.float32)
-    y = layer(x.requires_grad_(), lengths).sum()
+    y = layer(x.to(device).requires_grad_(), lengths).sum()
     y.backward(retain_graph=True)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         y.backward()

@@ -13,9 +13,10 @@ Rows, all bidirectional with hidden = d per direction:
 * ``LSTM layer``: :class:`RecurrentLayer` with ``cell="lstm"`` (packed
   ``nn.LSTM`` + 2d -> d projection + residual + pad mask);
 * ``ON-LSTM layer``: :class:`RecurrentLayer` with ``cell="onlstm"`` (on
-  CUDA with Triton: one fused kernel per time step);
+  CUDA with Triton: one fused kernel per time step; on the CPU in float32:
+  one pass of the C++ cell per time step);
 * ``ON-LSTM, loop``: the same layer on the TorchScript loop
-  (``kernel="script"``), where the fused step applies, for comparison.
+  (``kernel="script"``), where a fused step applies, for comparison.
 
 With ``--min-length L`` the two layer rows get a padded batch, sentence
 lengths uniform in ``[L, T]`` (the first ``T``), as ``fairseq-posattn-bench``
@@ -43,7 +44,7 @@ from typing import Optional, Sequence
 import torch
 
 from fairseq_posattn.bench.timing import ratio_range, synchronize
-from fairseq_posattn.modules import onlstm_triton
+from fairseq_posattn.modules import onlstm_cpp, onlstm_triton
 from fairseq_posattn.modules.recurrent import RecurrentLayer
 
 
@@ -65,7 +66,7 @@ def get_parser():
     return p
 
 
-MATMULS = ("aten::bmm", "aten::baddbmm", "aten::mm", "aten::addmm")
+MATMULS = ("aten::bmm", "aten::baddbmm", "aten::mm", "aten::addmm", "mkldnn::_linear_pointwise")
 
 
 def _zero(module):
@@ -87,7 +88,7 @@ def build(args):
         "nn.LSTM": (lstm, lambda: lstm(x)[0]),
     }
     layers = [("LSTM layer", "lstm", "auto"), ("ON-LSTM layer", "onlstm", "auto")]
-    if onlstm_triton.handles(x):
+    if onlstm_triton.handles(x) or onlstm_cpp.handles(x):
         layers.append(("ON-LSTM, loop", "onlstm", "script"))
     for label, cell, kernel in layers:
         layer = RecurrentLayer(d, cell, kernel=kernel).to(args.device)

@@ -4,7 +4,8 @@ The TorchScript loop (:mod:`.recurrent`) and the fused Triton steps
 (:mod:`.onlstm_triton`) walk the same packed layout -- time-major rows,
 sentences sorted longest first, step ``t`` over the ``batch_sizes[t]``
 sentences longer than ``t`` -- and share its buffers, its step offsets and
-the recurrent weight gradient computed after the loop.
+the recurrent weight gradient computed after the loop; on the CPU the
+per-step recurrent matmuls of both take oneDNN's packed weights.
 """
 
 from typing import List, Tuple
@@ -12,7 +13,9 @@ from typing import List, Tuple
 import torch
 from torch import Tensor
 
-__all__ = ["forward_buffers", "step_starts", "recurrent_weight_grad"]
+__all__ = [
+    "forward_buffers", "onednn_applies", "onednn_weights", "recurrent_matmul", "recurrent_weight_grad", "step_starts",
+]
 
 
 def forward_buffers(
@@ -64,3 +67,31 @@ def recurrent_weight_grad(hs: Tensor, grad_xg: Tensor, w_hh: Tensor, batch_sizes
         starts = step_starts(batch_sizes)
         h_prev = torch.cat([hs[:, starts[t - 1] : starts[t - 1] + batch_sizes[t]] for t in range(1, steps)], 1)
     return torch.bmm(h_prev.transpose(1, 2), grad_xg[:, first:])
+
+
+def onednn_weights(w: Tensor, batch_sizes: List[int]) -> List[Tensor]:
+    """Each direction's ``[D, K, M]`` weight in oneDNN's packed layout for ``x @ w[d]``.
+
+    Laid out once per call (a copy of the weight), then every step's
+    ``[n, K] @ [K, M]`` reads it as one blocked GEMM: on a 2-core AVX-512
+    CPU about twice the speed of ``baddbmm`` at ``n = 32, K = 512, M = 3072``."""
+    if len(batch_sizes) < 2:  # no step reads h_{t-1}
+        return []
+    return [torch.ops.mkldnn._reorder_linear_weight(w[d].t().contiguous(), batch_sizes[0]) for d in range(w.size(0))]
+
+
+def recurrent_matmul(base: Tensor, h: Tensor, w: Tensor, packed: List[Tensor]) -> Tensor:
+    """``base + h @ w`` for every direction (``[D, n, *]``): one ``baddbmm``, or
+    with :func:`onednn_weights` one oneDNN matmul per direction with the sum fused in."""
+    if len(packed) == 0:
+        return torch.baddbmm(base, h, w)
+    return torch.stack([
+        torch.ops.mkldnn._linear_pointwise(h[d], base[d], packed[d], None, "add") for d in range(len(packed))
+    ])
+
+
+def onednn_applies(w: Tensor) -> bool:
+    """oneDNN's packed matmuls take the recurrence: float32 on a CPU, oneDNN built and enabled
+    (``torch.backends.mkldnn.flags(enabled=False)`` turns them off)."""
+    return (w.device.type == "cpu" and w.dtype == torch.float32
+            and torch.backends.mkldnn.is_available() and bool(torch.backends.mkldnn.enabled))

@@ -61,10 +61,12 @@ gates' cumsum and ``tanh(c)`` rather than storing them.  Without grad
 (``torch.no_grad``, or nothing requiring grad) nothing is kept: each step's
 gates overwrite its own pre-activations, one step of cell state exists.
 The matmuls bound the rest: 1.5x an LSTM's gate FLOPs plus the projection.
+On a CPU in float32 each step's gate arithmetic is one pass of a C++ cell
+instead (:mod:`.onlstm_cpp`, compiled on first use), forward and backward.
 On a GPU the loop's many small kernels are bound by their launches
 instead: there (CUDA, Triton installed) each step is one matmul and one
-fused Triton kernel, forward and backward (:mod:`.onlstm_triton`), the
-same buffers and the same equations.  ``fairseq-posattn-bench-recurrent``
+fused Triton kernel, forward and backward (:mod:`.onlstm_triton`).  All
+take the same buffers and the same equations.  ``fairseq-posattn-bench-recurrent``
 measures both against ``nn.LSTM``.
 
 Half precision: the matmuls run in the model's dtype (half under autocast),
@@ -79,12 +81,15 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from fairseq_posattn.modules import onlstm_triton
-from fairseq_posattn.modules.packed_steps import forward_buffers, recurrent_weight_grad, step_starts
+from fairseq_posattn.modules import onlstm_cpp, onlstm_triton
+from fairseq_posattn.modules.packed_steps import (
+    forward_buffers, onednn_applies, onednn_weights, recurrent_matmul, recurrent_weight_grad, step_starts,
+)
 
 __all__ = ["KERNELS", "ONLSTM", "RecurrentLayer", "cumax", "reversal_index"]
 
-KERNELS = ("auto", "script", "triton")
+KERNELS = ("auto", "script", "triton", "cpp")
+_STEPS = {"triton": onlstm_triton, "cpp": onlstm_cpp}  # the kernels other than the scripted loop
 
 
 def cumax(x: Tensor, dim: int = -1) -> Tensor:
@@ -109,34 +114,6 @@ def _expand_chunks(m: Tensor, chunk_size: int) -> Tensor:
     if chunk_size == 1:
         return m
     return m.unsqueeze(-1).expand(m.shape + (chunk_size,)).flatten(-2)
-
-
-def _onednn_weights(w: Tensor, batch_sizes: List[int]) -> List[Tensor]:
-    """Each direction's ``[D, K, M]`` weight in oneDNN's packed layout for ``x @ w[d]``.
-
-    Laid out once per call (a copy of the weight), then every step's
-    ``[n, K] @ [K, M]`` reads it as one blocked GEMM: on a 2-core AVX-512
-    CPU about twice the speed of ``baddbmm`` at ``n = 32, K = 512, M = 3072``."""
-    if len(batch_sizes) < 2:  # no step reads h_{t-1}
-        return []
-    return [torch.ops.mkldnn._reorder_linear_weight(w[d].t().contiguous(), batch_sizes[0]) for d in range(w.size(0))]
-
-
-def _recurrent_matmul(base: Tensor, h: Tensor, w: Tensor, packed: List[Tensor]) -> Tensor:
-    """``base + h @ w`` for every direction (``[D, n, *]``): one ``baddbmm``, or
-    with :func:`_onednn_weights` one oneDNN matmul per direction with the sum fused in."""
-    if len(packed) == 0:
-        return torch.baddbmm(base, h, w)
-    return torch.stack([
-        torch.ops.mkldnn._linear_pointwise(h[d], base[d], packed[d], None, "add") for d in range(len(packed))
-    ])
-
-
-def _onednn_applies(w: Tensor) -> bool:
-    """oneDNN's packed matmuls take the recurrence: float32 on a CPU, oneDNN built and enabled
-    (``torch.backends.mkldnn.flags(enabled=False)`` turns them off)."""
-    return (w.device.type == "cpu" and w.dtype == torch.float32
-            and torch.backends.mkldnn.is_available() and bool(torch.backends.mkldnn.enabled))
 
 
 def _onlstm_forward(
@@ -164,13 +141,13 @@ def _onlstm_forward(
     ``save`` (inference) nothing is kept: each step's gates overwrite that
     step's pre-activations, the gates returned are empty and the cell states
     are one step's.  With ``onednn`` (CPU, float32) the recurrent matmuls
-    take oneDNN's packed weights (:func:`_recurrent_matmul`).
+    take oneDNN's packed weights (:func:`.packed_steps.recurrent_matmul`).
     """
     num_dir = xs.size(0)
     n_chunk = hidden // chunk_size
     acc = torch.promote_types(xs.dtype, torch.float32)
     xg, acts, cells, out = forward_buffers(xs, w_ih, bias, batch_sizes, hidden, save)
-    packed = _onednn_weights(w_hh, batch_sizes) if onednn else []
+    packed = onednn_weights(w_hh, batch_sizes) if onednn else []
     start = 0
     prev = 0  # first row of the previous step
     for t, n in enumerate(batch_sizes):
@@ -178,7 +155,7 @@ def _onlstm_forward(
         if t == 0:  # h_{-1} = 0
             g = xg[:, start:stop].to(acc)
         else:
-            g = _recurrent_matmul(xg[:, start:stop], out[:, prev : prev + n], w_hh, packed).to(acc)
+            g = recurrent_matmul(xg[:, start:stop], out[:, prev : prev + n], w_hh, packed).to(acc)
         a = acts[:, start:stop] if save else g  # g itself is free to overwrite
         sig = torch.sigmoid(g[:, :, : 3 * hidden], out=a[:, :, : 3 * hidden])  # f, i, o
         c_hat = torch.tanh(g[:, :, 3 * hidden : 4 * hidden], out=a[:, :, 3 * hidden : 4 * hidden])
@@ -228,7 +205,7 @@ def _onlstm_backward(
     n_chunk = hidden // chunk_size
     acc = acts.dtype
     w_t = w_hh.transpose(1, 2)  # [D, G, hidden]
-    packed = _onednn_weights(w_t, batch_sizes) if onednn else []
+    packed = onednn_weights(w_t, batch_sizes) if onednn else []
     if not onednn:
         # contiguous: the per-step bmm is ~35% faster than with the strided
         # view, and 2-D transposed copies take ATen's blocked path
@@ -290,7 +267,7 @@ def _onlstm_backward(
         if t > 0:
             dc = dc * f_hat
             prev, n_prev = starts[t - 1], batch_sizes[t - 1]
-            dh = _recurrent_matmul(grad_hs[:, prev : prev + n], dg, w_t, packed).to(acc)
+            dh = recurrent_matmul(grad_hs[:, prev : prev + n], dg, w_t, packed).to(acc)
             if n_prev > n:  # sentences whose last step is t - 1
                 dc = torch.cat([dc, torch.zeros(num_dir, n_prev - n, hidden, dtype=acc, device=hs.device)], 1)
                 dh = torch.cat([dh, grad_hs[:, prev + n : prev + n_prev].to(acc)], 1)
@@ -309,7 +286,8 @@ except Exception:  # pragma: no cover - TorchScript unavailable: same maths, Pyt
 
 
 class _ONLSTMFunction(torch.autograd.Function):
-    """Input projection, recurrence (scripted loop, or one fused Triton kernel per step), hand-written backward.
+    """Input projection, recurrence (``kernel``: the scripted loop, or per step one fused Triton
+    kernel or one C++ pass), hand-written backward.
 
     Owning the input projection lets the forward write the gates over it and
     the backward write the gate gradients over those: one ``[D, N, G]``
@@ -318,20 +296,19 @@ class _ONLSTMFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, xs: Tensor, w_ih: Tensor, bias: Tensor, w_hh: Tensor, batch_sizes: List[int],
-                hidden: int, chunk_size: int, save: bool, fused: bool = False) -> Tensor:
+                hidden: int, chunk_size: int, save: bool, kernel: str = "script") -> Tensor:
         # ``save`` comes from the caller: grad mode is always off in here
-        onednn = not fused and _onednn_applies(w_hh)
-        if fused:
-            hs, acts, cells = onlstm_triton.onlstm_forward(xs, w_ih, bias, w_hh, batch_sizes, hidden, chunk_size, save)
+        args = (xs, w_ih, bias, w_hh, batch_sizes, hidden, chunk_size, save)
+        if kernel == "script":
+            hs, acts, cells = _onlstm_forward(*args, onednn_applies(w_hh))
         else:
-            hs, acts, cells = _onlstm_forward(xs, w_ih, bias, w_hh, batch_sizes, hidden, chunk_size, save, onednn)
+            hs, acts, cells = _STEPS[kernel].onlstm_forward(*args)
         if save:
             ctx.save_for_backward(xs, w_ih, w_hh, hs, acts, cells)
             ctx.batch_sizes = batch_sizes
             ctx.hidden = hidden
             ctx.chunk_size = chunk_size
-            ctx.fused = fused
-            ctx.onednn = onednn
+            ctx.kernel = kernel
         return hs
 
     @staticmethod
@@ -339,10 +316,10 @@ class _ONLSTMFunction(torch.autograd.Function):
     def backward(ctx, grad_hs: Tensor):
         xs, w_ih, w_hh, hs, acts, cells = ctx.saved_tensors
         args = (grad_hs.contiguous(), w_hh, hs, acts, cells, ctx.batch_sizes, ctx.hidden, ctx.chunk_size)
-        if ctx.fused:
-            grad_xg, grad_w_hh = onlstm_triton.onlstm_backward(*args)
+        if ctx.kernel == "script":
+            grad_xg, grad_w_hh = _onlstm_backward(*args, onednn_applies(w_hh))
         else:
-            grad_xg, grad_w_hh = _onlstm_backward(*args, ctx.onednn)
+            grad_xg, grad_w_hh = _STEPS[ctx.kernel].onlstm_backward(*args)
         grad_xs = grad_w_ih = grad_bias = None
         if ctx.needs_input_grad[0]:
             grad_xs = torch.bmm(grad_xg, w_ih.transpose(1, 2))
@@ -368,10 +345,13 @@ class ONLSTM(nn.Module):
 
     ``kernel`` picks the recurrence: ``"auto"`` (default) runs one fused
     Triton kernel per time step where :func:`.onlstm_triton.handles` says it
-    applies (CUDA, float32/16 or bfloat16, Triton installed) and the
-    TorchScript loop everywhere else; ``"script"`` always the loop;
+    applies (CUDA, float32/16 or bfloat16, Triton installed), one pass of
+    the C++ cell per step where :func:`.onlstm_cpp.handles` does (CPU,
+    float32, the cell builds) and the TorchScript loop everywhere else
+    (float64, bfloat16 on the CPU); ``"script"`` always the loop;
     ``"triton"`` always the kernels (on the CPU only under Triton's
-    interpreter, for tests).  All three compute the same equations.
+    interpreter, for tests); ``"cpp"`` always the C++ cell.  All four
+    compute the same equations.
 
     Equations (Shen et al. 2019), per direction::
 
@@ -392,6 +372,9 @@ class ONLSTM(nn.Module):
         if kernel == "triton" and onlstm_triton.triton is None:
             raise ValueError("kernel='triton' needs the triton package (pip install triton); "
                              "kernel='auto' takes the TorchScript loop without it")
+        if kernel == "cpp" and onlstm_cpp.cell() is None:
+            raise ValueError("kernel='cpp' needs the C++ cell, which could not be built here (see the warning "
+                             "above); kernel='auto' takes the TorchScript loop without it")
         self.kernel = kernel
         self.input_dim = input_dim
         self.hidden_dim = hidden_dim
@@ -442,9 +425,11 @@ class ONLSTM(nn.Module):
         bias = (self.bias_ih + self.bias_hh).unsqueeze(1)  # [D, 1, G]
         args = [t.to(dtype) for t in (xs, self.weight_ih, bias, self.weight_hh)]
         save = torch.is_grad_enabled() and any(t.requires_grad for t in args)
-        fused = self.kernel == "triton" or (self.kernel == "auto" and onlstm_triton.handles(args[0]))
+        kernel = self.kernel
+        if kernel == "auto":
+            kernel = next((name for name, steps in _STEPS.items() if steps.handles(args[0])), "script")
         with torch.autocast(device_type=device, enabled=False):
-            hs = _ONLSTMFunction.apply(*args, batch_sizes, self.hidden_dim, self.chunk_size, save, fused)
+            hs = _ONLSTMFunction.apply(*args, batch_sizes, self.hidden_dim, self.chunk_size, save, kernel)
         # hs: [D, N + 1, h], row N zero.  Packed row of each [t, b], N at pads;
         # direction 1 reads it at the reversed position (pads stay in place)
         packed_row = torch.full((seq_len, bsz), num_rows, dtype=torch.long, device=x.device)

@@ -1,0 +1,252 @@
+// The ON-LSTM cell's element-wise work of one time step on the CPU, forward
+// and backward (Shen et al. 2019; the equations as numbered in Hao et al.
+// 2019, Eq. 3-9), one pass over each row instead of some twenty ATen kernels.
+//
+// Every tensor is float32 [D, n, units] with unit stride along the units
+// (any stride along directions and rows).  Gate units of a row, in order:
+// f, i, o, c_hat (hidden each), master forget, master input (n_chunk each;
+// master unit k covers units k*chunk .. k*chunk+chunk-1).  The Python side
+// (fairseq_posattn/modules/onlstm_cpp.py) adds the recurrent matmul and
+// loops over time steps.
+
+#include <torch/extension.h>
+
+#include <ATen/Parallel.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+namespace {
+
+// exp(x) to about 2 ulp (Cephes' expf: x = n ln 2 + r, a degree-6 polynomial
+// in r, times 2^n), written without calls or branches so that the compiler
+// vectorizes the loops that use it (with -fno-math-errno -fno-trapping-math,
+// which let floor() vectorize and change no result).
+inline float exp_(float x) {
+  x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+  const float n = std::floor(x * 1.44269504088896341f + 0.5f);
+  const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
+}
+
+inline float sigmoid(float x) { return 1.0f / (1.0f + exp_(-x)); }
+
+inline float tanh_(float x) { return 2.0f * sigmoid(2.0f * x) - 1.0f; }
+
+struct Rows {
+  // the units of (direction d, row) of a [D, rows, units] tensor
+  float* data;
+  int64_t dir_stride, row_stride;
+  explicit Rows(const torch::Tensor& t)
+      : data(t.numel() ? t.data_ptr<float>() : nullptr), dir_stride(t.stride(0)), row_stride(t.stride(1)) {}
+  float* operator()(int64_t d, int64_t row) const { return data + d * dir_stride + row * row_stride; }
+};
+
+void check(const torch::Tensor& t, const char* name, int64_t num_dir, int64_t n, int64_t units) {
+  TORCH_CHECK(t.dim() == 3 && t.size(0) == num_dir && t.size(1) == n && t.size(2) == units, name,
+              ": expected [", num_dir, ", ", n, ", ", units, "], got ", t.sizes());
+  TORCH_CHECK(t.scalar_type() == torch::kFloat32 && t.device().is_cpu(), name, ": expected a float32 CPU tensor");
+  TORCH_CHECK(t.stride(2) == 1, name, ": units must be contiguous");
+}
+
+// Softmax of x[0..m) into p, then p's running sum into cum.
+void softmax_cumsum(const float* x, int64_t m, float* p, float* cum) {
+  float top = x[0];
+#pragma omp simd reduction(max : top)
+  for (int64_t k = 1; k < m; ++k) top = x[k] > top ? x[k] : top;
+  float total = 0.0f;
+#pragma omp simd reduction(+ : total)
+  for (int64_t k = 0; k < m; ++k) {
+    p[k] = exp_(x[k] - top);
+    total += p[k];
+  }
+  const float scale = 1.0f / total;
+  float run = 0.0f;
+  for (int64_t k = 0; k < m; ++k) {
+    p[k] *= scale;
+    run += p[k];
+    cum[k] = run;  // cumax (Eq. 7)
+  }
+}
+
+// Each master unit's value over its chunk: out[u] = v[u / chunk].
+void expand(const float* v, int64_t hidden, int64_t chunk, float* out) {
+  if (chunk == 1) {
+    std::memcpy(out, v, hidden * sizeof(float));
+    return;
+  }
+  for (int64_t u = 0; u < hidden; ++u) out[u] = v[u / chunk];
+}
+
+}  // namespace
+
+// One step forward.  z: pre-activations [D, n, G]; c_prev: [D, n, hidden],
+// or empty at the first step (c = 0); writes c_new and h [D, n, hidden] and,
+// when act is not empty, the activated gates (sigmoid f, i, o; tanh c_hat; the
+// master softmax probabilities) to act [D, n, G], which may alias z;
+// c_new may alias c_prev.
+void step_forward(torch::Tensor z, torch::Tensor c_prev, torch::Tensor act, torch::Tensor c_new, torch::Tensor h,
+                  int64_t chunk) {
+  const int64_t num_dir = z.size(0), n = z.size(1), g = z.size(2), hidden = c_new.size(2);
+  const int64_t n_chunk = hidden / chunk;
+  TORCH_CHECK(g == 4 * hidden + 2 * n_chunk, "gates: expected ", 4 * hidden + 2 * n_chunk, " units, got ", g);
+  check(z, "z", num_dir, n, g);
+  check(c_new, "c_new", num_dir, n, hidden);
+  check(h, "h", num_dir, n, hidden);
+  const bool has_prev = c_prev.numel() > 0, save = act.numel() > 0;
+  if (has_prev) check(c_prev, "c_prev", num_dir, n, hidden);
+  if (save) check(act, "act", num_dir, n, g);
+  const Rows zs(z), cps(c_prev), as(act), cs(c_new), hs(h);
+  at::parallel_for(0, num_dir * n, 1, [&](int64_t begin, int64_t end) {
+    // master gates per chunk and per unit, a zero previous cell state, and
+    // where the gates go when they are not saved
+    std::vector<float> buf(4 * n_chunk + 3 * hidden + g, 0.0f);
+    float *pf = buf.data(), *pi = pf + n_chunk, *mf = pi + n_chunk, *mi = mf + n_chunk;
+    float *mfe = mi + n_chunk, *mie = mfe + hidden, *zero = mie + hidden, *scratch = zero + hidden;
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t d = r / n, row = r % n;
+      const float* zr = zs(d, row);
+      softmax_cumsum(zr + 4 * hidden, n_chunk, pf, mf);  // Eq. 8: master forget gate
+      softmax_cumsum(zr + 4 * hidden + n_chunk, n_chunk, pi, mi);
+      for (int64_t k = 0; k < n_chunk; ++k) mi[k] = 1.0f - mi[k];  // Eq. 9: master input gate
+      expand(mf, hidden, chunk, mfe);
+      expand(mi, hidden, chunk, mie);
+      const float* cp = has_prev ? cps(d, row) : zero;
+      float *ar = save ? as(d, row) : scratch, *cr = cs(d, row), *hr = hs(d, row);
+      // unit u reads z and c_prev at u before writing act and c at u: aliasing is safe
+#pragma omp simd
+      for (int64_t u = 0; u < hidden; ++u) {
+        const float f = sigmoid(zr[u]), i = sigmoid(zr[hidden + u]), o = sigmoid(zr[2 * hidden + u]);
+        const float c_hat = tanh_(zr[3 * hidden + u]);
+        const float w = mfe[u] * mie[u];            // Eq. 3
+        const float f_hat = f * w + (mfe[u] - w);   // Eq. 4
+        const float i_hat = i * w + (mie[u] - w);   // Eq. 5
+        const float c = f_hat * cp[u] + i_hat * c_hat;  // Eq. 6
+        cr[u] = c;
+        hr[u] = o * tanh_(c);
+        ar[u] = f;
+        ar[hidden + u] = i;
+        ar[2 * hidden + u] = o;
+        ar[3 * hidden + u] = c_hat;
+      }
+      std::memcpy(ar + 4 * hidden, pf, n_chunk * sizeof(float));
+      std::memcpy(ar + 4 * hidden + n_chunk, pi, n_chunk * sizeof(float));
+    }
+  });
+}
+
+// One step backward: the gradients w.r.t. the step's pre-activations.  act:
+// the activated gates [D, n, G]; c, c_prev: the step's cell states and the
+// previous step's (c_prev empty at the first step); dh = rec for rows below
+// rec's row count (the later step's recurrent gradient, upstream gradient
+// included), else gh; dc [D, >= n, hidden] holds the later step's cell
+// gradient (zero for rows that end here) and gets dc * f_hat for the earlier
+// step; dg [D, n, G] gets the gate gradients (it may alias act).
+void step_backward(torch::Tensor act, torch::Tensor c_prev, torch::Tensor c, torch::Tensor gh, torch::Tensor rec,
+                   torch::Tensor dc, torch::Tensor dg, int64_t chunk) {
+  const int64_t num_dir = act.size(0), n = act.size(1), g = act.size(2), hidden = c.size(2);
+  const int64_t n_chunk = hidden / chunk;
+  TORCH_CHECK(g == 4 * hidden + 2 * n_chunk, "gates: expected ", 4 * hidden + 2 * n_chunk, " units, got ", g);
+  check(act, "act", num_dir, n, g);
+  check(c, "c", num_dir, n, hidden);
+  check(gh, "gh", num_dir, n, hidden);
+  check(dg, "dg", num_dir, n, g);
+  check(dc, "dc", num_dir, dc.size(1), hidden);
+  TORCH_CHECK(dc.size(1) >= n, "dc: fewer rows than the step");
+  const bool has_prev = c_prev.numel() > 0;
+  if (has_prev) check(c_prev, "c_prev", num_dir, n, hidden);
+  const int64_t n_rec = rec.numel() > 0 ? rec.size(1) : 0;
+  if (n_rec > 0) check(rec, "rec", num_dir, n_rec, hidden);
+  TORCH_CHECK(n_rec <= n, "rec: more rows than the step");
+  const Rows as(act), cps(c_prev), cs(c), ghs(gh), recs(rec), dcs(dc), dgs(dg);
+  at::parallel_for(0, num_dir * n, 1, [&](int64_t begin, int64_t end) {
+    // master gates and their gradients per chunk and per unit, a zero previous cell state
+    std::vector<float> buf(6 * n_chunk + 5 * hidden, 0.0f);
+    float *pf = buf.data(), *pi = pf + n_chunk, *mf = pi + n_chunk, *mi = mf + n_chunk;
+    float *dmf = mi + n_chunk, *dmi = dmf + n_chunk;
+    float *mfe = dmi + n_chunk, *mie = mfe + hidden, *dmfe = mie + hidden, *dmie = dmfe + hidden;
+    float* zero = dmie + hidden;
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t d = r / n, row = r % n;
+      const float* ar = as(d, row);
+      std::memcpy(pf, ar + 4 * hidden, n_chunk * sizeof(float));
+      std::memcpy(pi, ar + 4 * hidden + n_chunk, n_chunk * sizeof(float));
+      float run_f = 0.0f, run_i = 0.0f;
+      for (int64_t k = 0; k < n_chunk; ++k) {
+        run_f += pf[k];
+        run_i += pi[k];
+        mf[k] = run_f;
+        mi[k] = 1.0f - run_i;
+      }
+      expand(mf, hidden, chunk, mfe);
+      expand(mi, hidden, chunk, mie);
+      const float* cp = has_prev ? cps(d, row) : zero;
+      const float *cr = cs(d, row), *dh = row < n_rec ? recs(d, row) : ghs(d, row);
+      float *dcr = dcs(d, row), *dgr = dgs(d, row);
+      // unit u reads act at u before writing dg at u: aliasing is safe
+#pragma omp simd
+      for (int64_t u = 0; u < hidden; ++u) {
+        const float f = ar[u], i = ar[hidden + u], o = ar[2 * hidden + u], c_hat = ar[3 * hidden + u];
+        const float w = mfe[u] * mie[u], nf = 1.0f - f, ni = 1.0f - i;
+        const float tc = tanh_(cr[u]);
+        // h = o * tanh(c);  c = f_hat * c_prev + i_hat * c_hat (Eq. 6)
+        const float dcu = dcr[u] + dh[u] * o * (1.0f - tc * tc);
+        const float f_hat = mfe[u] - w * nf, i_hat = mie[u] - w * ni;  // Eq. 4, 5
+        const float d_f_hat = dcu * cp[u], d_i_hat = dcu * c_hat;
+        const float neg_dw = d_f_hat * nf + d_i_hat * ni;  // -dL/dw (Eq. 3)
+        dgr[u] = d_f_hat * w * f * nf;
+        dgr[hidden + u] = d_i_hat * w * i * ni;
+        dgr[2 * hidden + u] = dh[u] * tc * o * (1.0f - o);
+        dgr[3 * hidden + u] = dcu * i_hat * (1.0f - c_hat * c_hat);
+        dmfe[u] = d_f_hat - neg_dw * mie[u];  // dL/d cumax of each unit (Eq. 8, 9)
+        dmie[u] = neg_dw * mfe[u] - d_i_hat;
+        dcr[u] = dcu * f_hat;
+      }
+      if (chunk == 1) {
+        std::memcpy(dmf, dmfe, hidden * sizeof(float));
+        std::memcpy(dmi, dmie, hidden * sizeof(float));
+      } else {  // a master unit's gradient: its chunk's sum
+        for (int64_t k = 0; k < n_chunk; ++k) dmf[k] = dmi[k] = 0.0f;
+        for (int64_t u = 0; u < hidden; ++u) {
+          dmf[u / chunk] += dmfe[u];
+          dmi[u / chunk] += dmie[u];
+        }
+      }
+      // cumsum backward (suffix sums), then softmax backward (Eq. 7)
+      float total_f = 0.0f, total_i = 0.0f;
+      for (int64_t k = n_chunk - 1; k >= 0; --k) {
+        total_f += dmf[k];
+        total_i += dmi[k];
+        dmf[k] = total_f;
+        dmi[k] = total_i;
+      }
+      float dot_f = 0.0f, dot_i = 0.0f;
+#pragma omp simd reduction(+ : dot_f, dot_i)
+      for (int64_t k = 0; k < n_chunk; ++k) {
+        dot_f += pf[k] * dmf[k];
+        dot_i += pi[k] * dmi[k];
+      }
+      for (int64_t k = 0; k < n_chunk; ++k) {
+        dgr[4 * hidden + k] = pf[k] * (dmf[k] - dot_f);
+        dgr[4 * hidden + n_chunk + k] = pi[k] * (dmi[k] - dot_i);
+      }
+    }
+  });
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("step_forward", &step_forward, "ON-LSTM step forward (CPU, float32)");
+  m.def("step_backward", &step_backward, "ON-LSTM step backward (CPU, float32)");
+}
