@@ -177,27 +177,35 @@ def test_onednn_recurrent_matmuls_equal_baddbmm(chunk, save):
 
 
 def _recurrent_matmul_calls(layer, x, lengths):
-    """Profiled calls of oneDNN's packed matmul and of ``baddbmm`` in one forward + backward of ``layer``."""
+    """Profiled calls of oneDNN's packed matmul and of ATen's batched matmuls
+    in one forward + backward of ``layer``; four of the latter are the
+    whole-sequence products (the input projection; the input, input-weight
+    and recurrent-weight gradients)."""
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         layer(x.requires_grad_(), lengths).sum().backward()
     names = [e.name for e in prof.events()]
-    return names.count("mkldnn::_linear_pointwise"), names.count("aten::baddbmm")
+    return names.count("mkldnn::_linear_pointwise"), names.count("aten::baddbmm") + names.count("aten::bmm")
 
 
 @needs_onednn
 @pytest.mark.filterwarnings("ignore:TF32 acceleration")  # set by mkldnn.flags
-def test_float32_cpu_recurrence_takes_onednn():
+@pytest.mark.parametrize("kernel", ["script", "cpp"])
+def test_float32_cpu_recurrence_takes_onednn(kernel):
     """Every recurrent product of a float32 CPU layer is one oneDNN matmul per
-    direction ((T - 1) steps forward and as many backward); float64 and
+    direction ((T - 1) steps forward and as many backward), on the scripted
+    loop and the C++ cell alike; float64 and
     ``torch.backends.mkldnn.flags(enabled=False)`` keep ``baddbmm``."""
+    if kernel == "cpp" and onlstm_cpp.cell() is None:
+        pytest.skip("the C++ cell is not built here")
     lengths = [5, 3, 5]
-    layer = RecurrentLayer(D_MODEL, "onlstm", hidden_dim=HIDDEN)
+    layer = RecurrentLayer(D_MODEL, "onlstm", hidden_dim=HIDDEN, kernel=kernel)
     x, lengths = _padded_batch(lengths, D_MODEL, dtype=torch.float32)
     steps = int(lengths.max()) - 1
-    assert _recurrent_matmul_calls(layer, x.clone(), lengths) == (2 * 2 * steps, 1)  # baddbmm: the input projection
+    assert _recurrent_matmul_calls(layer, x.clone(), lengths) == (2 * 2 * steps, 4)
     with torch.backends.mkldnn.flags(enabled=False):
-        assert _recurrent_matmul_calls(layer, x.clone(), lengths) == (0, 1 + 2 * steps)
-    assert _recurrent_matmul_calls(layer.double(), x.double(), lengths) == (0, 1 + 2 * steps)
+        assert _recurrent_matmul_calls(layer, x.clone(), lengths) == (0, 4 + 2 * steps)
+    if kernel == "script":
+        assert _recurrent_matmul_calls(layer.double(), x.double(), lengths) == (0, 4 + 2 * steps)
 
 
 def test_inference_path_keeps_nothing_and_equals_the_training_path():

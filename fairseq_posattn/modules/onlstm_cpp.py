@@ -46,8 +46,9 @@ def cell():
             from torch.utils.cpp_extension import load
 
             isa = torch.backends.cpu.get_cpu_capability().lower()  # the build is cached per instruction set
-            flags = ["-O3", "-fopenmp-simd", "-fno-math-errno", "-fno-trapping-math"] + _ISA_FLAGS.get(isa, [])
-            _cell = load("fairseq_posattn_onlstm_cell_" + isa, [_SOURCE], extra_cflags=flags)
+            # -fopenmp: at::parallel_for splits the rows over torch's own OpenMP threads
+            flags = ["-O3", "-fopenmp", "-fno-math-errno", "-fno-trapping-math"] + _ISA_FLAGS.get(isa, [])
+            _cell = load("fairseq_posattn_onlstm_cell_" + isa, [_SOURCE], extra_cflags=flags, extra_ldflags=["-fopenmp"])
         except Exception as err:  # no compiler, no ninja, no headers: the scripted loop stays
             warnings.warn("the ON-LSTM's C++ cell could not be built (%s); the CPU takes the TorchScript loop" % err)
     return _cell or None
@@ -69,7 +70,7 @@ def onlstm_forward(
 ) -> Tuple[Tensor, Tensor, Tensor]:
     """:func:`.recurrent._onlstm_forward` with one matmul and one C++ pass per step; same arguments, same results."""
     step = cell().step_forward
-    xg, acts, cells, out = forward_buffers(xs, w_ih, bias, batch_sizes, hidden, save)
+    xg, acts, cells, out = forward_buffers(xs, w_ih, None, batch_sizes, hidden, save)  # the cell adds the bias
     packed = onednn_weights(w_hh, batch_sizes) if onednn_applies(w_hh) else []
     start = 0
     prev = 0  # first row of the previous step
@@ -78,7 +79,7 @@ def onlstm_forward(
         z = xg[:, start:stop] if t == 0 else recurrent_matmul(xg[:, start:stop], out[:, prev : prev + n], w_hh, packed)
         c_new = cells[:, start:stop] if save else cells[:, :n]
         c_prev = _none() if t == 0 else (cells[:, prev : prev + n] if save else c_new)
-        step(z, c_prev, acts[:, start:stop] if save else _none(), c_new, out[:, start:stop], chunk_size)
+        step(z, bias, c_prev, acts[:, start:stop] if save else _none(), c_new, out[:, start:stop], chunk_size)
         prev = start
         start = stop
     return out, acts, cells

@@ -8,7 +8,7 @@ the recurrent weight gradient computed after the loop; on the CPU the
 per-step recurrent matmuls of both take oneDNN's packed weights.
 """
 
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -19,15 +19,16 @@ __all__ = [
 
 
 def forward_buffers(
-    xs: Tensor, w_ih: Tensor, bias: Tensor, batch_sizes: List[int], hidden: int, save: bool,
+    xs: Tensor, w_ih: Tensor, bias: Optional[Tensor], batch_sizes: List[int], hidden: int, save: bool,
 ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     """The input projections ``xg [D, N, G]`` of all steps and directions (one
-    matmul) and the forward's buffers: activated gates (``xg`` itself when
-    the dtypes agree; empty without ``save``), cell states (every step's, or
-    one step's without ``save``) and hidden states ``[D, N + 1, hidden]``, row ``N`` zero."""
+    matmul; the bias added unless it is None: then each step adds it) and
+    the forward's buffers: activated gates (``xg`` itself when the dtypes
+    agree; empty without ``save``), cell states (every step's, or one step's
+    without ``save``) and hidden states ``[D, N + 1, hidden]``, row ``N`` zero."""
     num_dir, num_rows, _ = xs.shape
     acc = torch.promote_types(xs.dtype, torch.float32)
-    xg = torch.baddbmm(bias, xs, w_ih)
+    xg = torch.bmm(xs, w_ih) if bias is None else torch.baddbmm(bias, xs, w_ih)
     if not save:
         acts = torch.empty(num_dir, 0, w_ih.size(2), dtype=acc, device=xs.device)
     elif xg.dtype == acc:

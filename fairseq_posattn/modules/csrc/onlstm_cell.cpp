@@ -13,6 +13,7 @@
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -61,15 +62,15 @@ void check(const torch::Tensor& t, const char* name, int64_t num_dir, int64_t n,
   TORCH_CHECK(t.stride(2) == 1, name, ": units must be contiguous");
 }
 
-// Softmax of x[0..m) into p, then p's running sum into cum.
-void softmax_cumsum(const float* x, int64_t m, float* p, float* cum) {
-  float top = x[0];
+// Softmax of (x + b)[0..m) into p, then p's running sum into cum.
+void softmax_cumsum(const float* x, const float* b, int64_t m, float* p, float* cum) {
+  float top = x[0] + b[0];
 #pragma omp simd reduction(max : top)
-  for (int64_t k = 1; k < m; ++k) top = x[k] > top ? x[k] : top;
+  for (int64_t k = 1; k < m; ++k) top = x[k] + b[k] > top ? x[k] + b[k] : top;
   float total = 0.0f;
 #pragma omp simd reduction(+ : total)
   for (int64_t k = 0; k < m; ++k) {
-    p[k] = exp_(x[k] - top);
+    p[k] = exp_(x[k] + b[k] - top);
     total += p[k];
   }
   const float scale = 1.0f / total;
@@ -90,26 +91,31 @@ void expand(const float* v, int64_t hidden, int64_t chunk, float* out) {
   for (int64_t u = 0; u < hidden; ++u) out[u] = v[u / chunk];
 }
 
+// Rows per thread: at least ATen's grain of element-wise work (a step of a
+// few short rows stays on one thread, as ATen's own kernels would).
+inline int64_t grain(int64_t units) { return std::max<int64_t>(1, at::internal::GRAIN_SIZE / units); }
+
 }  // namespace
 
-// One step forward.  z: pre-activations [D, n, G]; c_prev: [D, n, hidden],
+// One step forward.  z + bias: pre-activations (z [D, n, G], bias [D, 1, G]); c_prev: [D, n, hidden],
 // or empty at the first step (c = 0); writes c_new and h [D, n, hidden] and,
 // when act is not empty, the activated gates (sigmoid f, i, o; tanh c_hat; the
 // master softmax probabilities) to act [D, n, G], which may alias z;
 // c_new may alias c_prev.
-void step_forward(torch::Tensor z, torch::Tensor c_prev, torch::Tensor act, torch::Tensor c_new, torch::Tensor h,
-                  int64_t chunk) {
+void step_forward(torch::Tensor z, torch::Tensor bias, torch::Tensor c_prev, torch::Tensor act, torch::Tensor c_new,
+                  torch::Tensor h, int64_t chunk) {
   const int64_t num_dir = z.size(0), n = z.size(1), g = z.size(2), hidden = c_new.size(2);
   const int64_t n_chunk = hidden / chunk;
   TORCH_CHECK(g == 4 * hidden + 2 * n_chunk, "gates: expected ", 4 * hidden + 2 * n_chunk, " units, got ", g);
   check(z, "z", num_dir, n, g);
+  check(bias, "bias", num_dir, 1, g);
   check(c_new, "c_new", num_dir, n, hidden);
   check(h, "h", num_dir, n, hidden);
   const bool has_prev = c_prev.numel() > 0, save = act.numel() > 0;
   if (has_prev) check(c_prev, "c_prev", num_dir, n, hidden);
   if (save) check(act, "act", num_dir, n, g);
-  const Rows zs(z), cps(c_prev), as(act), cs(c_new), hs(h);
-  at::parallel_for(0, num_dir * n, 1, [&](int64_t begin, int64_t end) {
+  const Rows zs(z), bs(bias), cps(c_prev), as(act), cs(c_new), hs(h);
+  at::parallel_for(0, num_dir * n, grain(g), [&](int64_t begin, int64_t end) {
     // master gates per chunk and per unit, a zero previous cell state, and
     // where the gates go when they are not saved
     std::vector<float> buf(4 * n_chunk + 3 * hidden + g, 0.0f);
@@ -117,9 +123,9 @@ void step_forward(torch::Tensor z, torch::Tensor c_prev, torch::Tensor act, torc
     float *mfe = mi + n_chunk, *mie = mfe + hidden, *zero = mie + hidden, *scratch = zero + hidden;
     for (int64_t r = begin; r < end; ++r) {
       const int64_t d = r / n, row = r % n;
-      const float* zr = zs(d, row);
-      softmax_cumsum(zr + 4 * hidden, n_chunk, pf, mf);  // Eq. 8: master forget gate
-      softmax_cumsum(zr + 4 * hidden + n_chunk, n_chunk, pi, mi);
+      const float *zr = zs(d, row), *br = bs(d, 0);
+      softmax_cumsum(zr + 4 * hidden, br + 4 * hidden, n_chunk, pf, mf);  // Eq. 8: master forget gate
+      softmax_cumsum(zr + 4 * hidden + n_chunk, br + 4 * hidden + n_chunk, n_chunk, pi, mi);
       for (int64_t k = 0; k < n_chunk; ++k) mi[k] = 1.0f - mi[k];  // Eq. 9: master input gate
       expand(mf, hidden, chunk, mfe);
       expand(mi, hidden, chunk, mie);
@@ -128,8 +134,8 @@ void step_forward(torch::Tensor z, torch::Tensor c_prev, torch::Tensor act, torc
       // unit u reads z and c_prev at u before writing act and c at u: aliasing is safe
 #pragma omp simd
       for (int64_t u = 0; u < hidden; ++u) {
-        const float f = sigmoid(zr[u]), i = sigmoid(zr[hidden + u]), o = sigmoid(zr[2 * hidden + u]);
-        const float c_hat = tanh_(zr[3 * hidden + u]);
+        const float f = sigmoid(zr[u] + br[u]), i = sigmoid(zr[hidden + u] + br[hidden + u]);
+        const float o = sigmoid(zr[2 * hidden + u] + br[2 * hidden + u]), c_hat = tanh_(zr[3 * hidden + u] + br[3 * hidden + u]);
         const float w = mfe[u] * mie[u];            // Eq. 3
         const float f_hat = f * w + (mfe[u] - w);   // Eq. 4
         const float i_hat = i * w + (mie[u] - w);   // Eq. 5
@@ -171,7 +177,7 @@ void step_backward(torch::Tensor act, torch::Tensor c_prev, torch::Tensor c, tor
   if (n_rec > 0) check(rec, "rec", num_dir, n_rec, hidden);
   TORCH_CHECK(n_rec <= n, "rec: more rows than the step");
   const Rows as(act), cps(c_prev), cs(c), ghs(gh), recs(rec), dcs(dc), dgs(dg);
-  at::parallel_for(0, num_dir * n, 1, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, num_dir * n, grain(g), [&](int64_t begin, int64_t end) {
     // master gates and their gradients per chunk and per unit, a zero previous cell state
     std::vector<float> buf(6 * n_chunk + 5 * hidden, 0.0f);
     float *pf = buf.data(), *pi = pf + n_chunk, *mf = pi + n_chunk, *mi = mf + n_chunk;
