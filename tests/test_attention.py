@@ -445,6 +445,64 @@ def test_shaw_terms_take_any_per_sentence_relative_positions():
         torch.testing.assert_close(out[:n, b], expected, atol=1e-10, rtol=1e-9)
 
 
+@pytest.mark.parametrize("padded", [False, True], ids=["no-padding", "right-padding"])
+@pytest.mark.parametrize("name", ["bilan", "bilan_wide"])
+def test_bilan_gradients_match_the_reference(name, padded):
+    """Its scores are a strided view of the per-distance rows: gradients through
+    that view (clipped and unclipped tables) against the loop reference."""
+    attn = build(**OPTION_SETS[name]).eval()
+    lengths = [6, 4, 1] if padded else [6, 6, 6]
+    torch.manual_seed(2)
+    x = torch.randn(6, len(lengths), EMBED, dtype=torch.float64, requires_grad=True)
+    mask = right_padding_mask(lengths, 6)
+    out, _ = attn(x, key_padding_mask=mask)
+    expected = reference_attention(attn, x, lengths)
+    weight = torch.randn_like(out).masked_fill(mask.t()[:, :, None], 0.0)
+    term = attn.score_terms[0]
+    inputs = (x, term.query_proj.weight, term.relative_vectors, attn.q_proj.weight)
+    grads = torch.autograd.grad((out * weight).sum(), inputs)
+    expected_grads = torch.autograd.grad((expected * weight).sum(), inputs)
+    for grad, expected_grad in zip(grads, expected_grads):
+        torch.testing.assert_close(grad, expected_grad, atol=1e-10, rtol=1e-9)
+    with torch.no_grad():  # the fused kernel, the scores as its mask
+        torch.testing.assert_close(attn(x, key_padding_mask=mask)[0], out)
+
+
+def test_relative_diagonals_read_any_strides():
+    from fairseq_posattn.modules.relative_positions import relative_diagonals
+
+    length = 5
+    rows = torch.randn(3, length, 2, 2 * length + 1).narrow(-1, 1, 2 * length - 1)
+    per_distance = rows.permute(2, 0, 1, 3)  # [2, 3, T, 2T-1], offset and permuted
+    out = relative_diagonals(per_distance)
+    for i, j in itertools.product(range(length), repeat=2):
+        assert torch.equal(out[..., i, j], per_distance[..., i, j - i + length - 1])
+
+
+def test_bilan_scores_keep_only_the_projection_for_backward():
+    """Backward keeps ``W^r e`` and the table's reachable rows: no [B, H, T, 2T-1]
+    score rows, no table per sentence, no copy of ``r`` (those were 2 score
+    maps and the table per sentence and head more)."""
+    from fairseq_posattn.modules.relative_positions import QueryProjectedRelativeScores
+
+    length, batch = 16, 8
+    term = QueryProjectedRelativeScores(EMBED, HEADS, clip=40)
+    inputs = torch.randn(length, batch, EMBED)
+    saved = {}
+
+    def keep(tensor):
+        saved[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(keep, lambda tensor: tensor):
+        scores = term(None, inputs, AttentionContext(length, "cpu"))
+    assert scores.shape == (batch, HEADS, length, length)
+    excluded = {t.untyped_storage().data_ptr() for t in (inputs, *term.parameters())}
+    kept = sum(n for ptr, n in saved.items() if ptr not in excluded)
+    table = HEADS * (2 * length - 1) * HEAD_DIM
+    assert kept <= (inputs.numel() + table) * inputs.element_size() + 8 * (2 * length - 1)
+
+
 def test_missing_relative_positions_name_the_task():
     from fairseq_posattn.modules.relative_positions import RelativeKeys
 

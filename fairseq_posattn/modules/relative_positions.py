@@ -9,9 +9,12 @@
 
 Neither materialises a ``[B, T, T, d_head]`` tensor: scores are computed
 against the ``2k+1``-row table and gathered, and the probabilities are summed
-per relative-position bucket before they meet the value table.  The relative
-positions come from the :class:`AttentionContext` by name, so the same terms
-serve sequential positions (``j - i``) and tree positions (Wang et al. 2019).
+per relative-position bucket before they meet the value table.  Shaw's
+relative positions come from the :class:`AttentionContext` by name, so the
+same terms serve sequential positions (``j - i``) and tree positions (Wang et
+al. 2019).  Bilan & Roth's term is sequential only, so its scores are read off
+the ``[T, 2T-1]`` score rows as a strided view (:func:`relative_diagonals`)
+and no gather keeps the score rows for backward.
 """
 
 import math
@@ -57,6 +60,27 @@ def bucketed_values(probs: Tensor, table: Tensor, buckets: Tensor) -> Tensor:
     per_bucket = probs.new_zeros(*probs.shape[:-1], table.size(0))
     per_bucket.scatter_add_(-1, index, probs)
     return torch.matmul(per_bucket, table.to(per_bucket.dtype))
+
+
+def relative_diagonals(per_distance: Tensor) -> Tensor:
+    """``out[..., i, j] = per_distance[..., i, j - i + T - 1]``, a view.
+
+    Args:
+        per_distance: ``[..., T, 2T-1]`` scores of each query ``i`` against
+            every sequential distance ``1-T .. T-1`` (any strides).
+
+    Row ``i`` of the result starts ``T - 1 - i`` columns into row ``i`` of
+    ``per_distance``, so a row step of the view is a row step minus a column
+    step of ``per_distance``: no index tensor, and autograd keeps nothing for
+    backward but the geometry.
+    """
+    length = per_distance.size(-2)
+    *outer, row_stride, column_stride = per_distance.stride()
+    return per_distance.as_strided(
+        (*per_distance.shape[:-1], length),
+        (*outer, row_stride - column_stride, column_stride),
+        per_distance.storage_offset() + (length - 1) * column_stride,
+    )
 
 
 class _RelativeTable(nn.Module):
@@ -111,8 +135,14 @@ class QueryProjectedRelativeScores(nn.Module):
         nn.init.normal_(self.relative_vectors, std=self.head_dim**-0.5)
 
     def forward(self, query: Tensor, inputs: Tensor, context: AttentionContext):
+        """``[B, H, T, T]`` scores, a strided view of ``[H, T, B, 2T-1]`` rows
+        ``r_i . m_d`` for every distance ``d``; the ``1/sqrt(d_h)`` scale goes
+        onto the table, so backward keeps only ``W^r e`` and the table."""
         length, batch, _ = inputs.shape
-        r = self.query_proj(inputs).view(length, batch, self.num_heads, self.head_dim)
-        r = r.permute(1, 2, 0, 3) * self.head_dim**-0.5
-        table, buckets = reachable_rows(self.relative_vectors, self.clip, context, "sequential")
-        return relative_scores(r, table, buckets)
+        r = self.query_proj(inputs).view(length * batch, self.num_heads, self.head_dim)
+        distances = torch.arange(1 - length, length, device=inputs.device)
+        rows = distances.clamp_(-self.clip, self.clip) + self.clip
+        table = self.relative_vectors.index_select(1, rows) * self.head_dim**-0.5
+        per_distance = torch.bmm(r.transpose(0, 1), table.transpose(1, 2))  # [H, T*B, 2T-1]
+        per_distance = per_distance.view(self.num_heads, length, batch, rows.numel())
+        return relative_diagonals(per_distance.permute(2, 0, 1, 3))
