@@ -69,16 +69,20 @@ def test_auto_takes_the_cell_for_float32_on_the_cpu(monkeypatch):
 
 def test_the_cell_refuses_what_it_does_not_compute():
     step = onlstm_cpp.cell().step_forward
-    z, bias, state = torch.zeros(2, 3, 6 * HIDDEN), torch.zeros(2, 1, 6 * HIDDEN), torch.zeros(2, 3, HIDDEN)
+    z, bias, state = list(torch.zeros(2, 3, 6 * HIDDEN)), torch.zeros(2, 1, 6 * HIDDEN), torch.zeros(2, 3, HIDDEN)
     none = torch.empty(0, 0, 0)
     with pytest.raises(RuntimeError, match="expected a float32 CPU tensor"):
-        step(z.double(), bias, none, none, state.double(), state.double(), 1)
+        step([t.double() for t in z], bias, none, none, state, state, 1)
     with pytest.raises(RuntimeError, match="gates: expected 24 units"):
-        step(z[:, :, :-1], bias, none, none, state, state, 1)
+        step(z, bias[:, :, :-1], none, none, state, state, 1)
     with pytest.raises(RuntimeError, match="units must be contiguous"):
         step(z, bias, none, none, state, torch.zeros(2, 3, 2 * HIDDEN)[:, :, ::2], 1)
     with pytest.raises(RuntimeError, match=r"bias: expected \[2, 1, 24\]"):
         step(z, bias[:1], none, none, state, state, 1)
+    with pytest.raises(RuntimeError, match="z: expected 2 tensors, got 1"):
+        step(z[:1], bias, none, none, state, state, 1)
+    with pytest.raises(RuntimeError, match=r"z: expected \[3, 24\] per direction"):
+        step([t[:2] for t in z], bias, none, none, state, state, 1)
 
 
 def test_a_failed_build_falls_back_to_the_scripted_loop(monkeypatch):

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from fairseq_posattn.modules.packed_steps import (
-    forward_buffers, onednn_applies, onednn_weights, recurrent_matmul, recurrent_weight_grad, step_starts,
+    forward_buffers, onednn_applies, onednn_weights, recurrent_matmuls, recurrent_weight_grad, step_starts,
 )
 
 __all__ = ["cell", "handles", "onlstm_forward", "onlstm_backward"]
@@ -76,7 +76,8 @@ def onlstm_forward(
     prev = 0  # first row of the previous step
     for t, n in enumerate(batch_sizes):
         stop = start + n
-        z = xg[:, start:stop] if t == 0 else recurrent_matmul(xg[:, start:stop], out[:, prev : prev + n], w_hh, packed)
+        rows = xg[:, start:stop]
+        z = rows.unbind(0) if t == 0 else recurrent_matmuls(rows, out[:, prev : prev + n], w_hh, packed)
         c_new = cells[:, start:stop] if save else cells[:, :n]
         c_prev = _none() if t == 0 else (cells[:, prev : prev + n] if save else c_new)
         step(z, bias, c_prev, acts[:, start:stop] if save else _none(), c_new, out[:, start:stop], chunk_size)
@@ -100,7 +101,7 @@ def onlstm_backward(
     packed = onednn_weights(w_t, batch_sizes) if onednn_applies(w_hh) else []
     starts = step_starts(batch_sizes)
     dc = torch.zeros(num_dir, batch_sizes[0], hidden)
-    rec = _none()  # dh from the later step, upstream gradient included
+    rec: List[Tensor] = []  # dh from the later step, upstream gradient included: one [n, hidden] per direction
     for t in range(steps - 1, -1, -1):
         start, n = starts[t], batch_sizes[t]
         c_prev = cells[:, starts[t - 1] : starts[t - 1] + n] if t > 0 else _none()
@@ -108,7 +109,7 @@ def onlstm_backward(
         step(acts[:, rows], c_prev, cells[:, rows], grad_hs[:, rows], rec, dc, grad_xg[:, rows], chunk_size)
         if t > 0:
             prev = starts[t - 1]
-            rec = recurrent_matmul(grad_hs[:, prev : prev + n], grad_xg[:, rows], w_t, packed)
+            rec = recurrent_matmuls(grad_hs[:, prev : prev + n], grad_xg[:, rows], w_t, packed)
     # the cell wrote over the saved gates: a second backward must be refused
     torch.autograd.graph.increment_version(acts)
     return grad_xg, recurrent_weight_grad(hs, grad_xg, w_hh, batch_sizes)

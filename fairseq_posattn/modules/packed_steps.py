@@ -14,21 +14,31 @@ import torch
 from torch import Tensor
 
 __all__ = [
-    "forward_buffers", "onednn_applies", "onednn_weights", "recurrent_matmul", "recurrent_weight_grad", "step_starts",
+    "forward_buffers", "onednn_applies", "onednn_weights", "recurrent_matmul", "recurrent_matmuls",
+    "recurrent_weight_grad", "step_starts",
 ]
 
 
 def forward_buffers(
     xs: Tensor, w_ih: Tensor, bias: Optional[Tensor], batch_sizes: List[int], hidden: int, save: bool,
 ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
-    """The input projections ``xg [D, N, G]`` of all steps and directions (one
-    matmul; the bias added unless it is None: then each step adds it) and
+    """The input projections ``xg [D, N, G]`` of all steps and directions and
     the forward's buffers: activated gates (``xg`` itself when the dtypes
     agree; empty without ``save``), cell states (every step's, or one step's
-    without ``save``) and hidden states ``[D, N + 1, hidden]``, row ``N`` zero."""
+    without ``save``) and hidden states ``[D, N + 1, hidden]``, row ``N`` zero.
+
+    ``xg`` is one ``baddbmm`` with the bias; with ``bias=None`` (the C++
+    cell's caller: the cell adds the bias) one ``mm`` per direction written
+    in place, which on the CPU is faster than ``bmm`` (at d = 512, 75 ms
+    against 92 on 2 cores) and copies no broadcast bias."""
     num_dir, num_rows, _ = xs.shape
     acc = torch.promote_types(xs.dtype, torch.float32)
-    xg = torch.bmm(xs, w_ih) if bias is None else torch.baddbmm(bias, xs, w_ih)
+    if bias is None:
+        xg = torch.empty(num_dir, num_rows, w_ih.size(2), dtype=xs.dtype, device=xs.device)
+        for d in range(num_dir):
+            torch.mm(xs[d], w_ih[d], out=xg[d])
+    else:
+        xg = torch.baddbmm(bias, xs, w_ih)
     if not save:
         acts = torch.empty(num_dir, 0, w_ih.size(2), dtype=acc, device=xs.device)
     elif xg.dtype == acc:
@@ -81,14 +91,20 @@ def onednn_weights(w: Tensor, batch_sizes: List[int]) -> List[Tensor]:
     return [torch.ops.mkldnn._reorder_linear_weight(w[d].t().contiguous(), batch_sizes[0]) for d in range(w.size(0))]
 
 
+def recurrent_matmuls(base: Tensor, h: Tensor, w: Tensor, packed: List[Tensor]) -> List[Tensor]:
+    """``base[d] + h[d] @ w[d]`` for every direction ``d`` (``[D, n, *]`` in,
+    one ``[n, *]`` out per direction): one ``baddbmm``, or with
+    :func:`onednn_weights` one oneDNN matmul per direction with the sum fused in."""
+    if len(packed) == 0:
+        return torch.baddbmm(base, h, w).unbind(0)
+    return [torch.ops.mkldnn._linear_pointwise(h[d], base[d], packed[d], None, "add") for d in range(len(packed))]
+
+
 def recurrent_matmul(base: Tensor, h: Tensor, w: Tensor, packed: List[Tensor]) -> Tensor:
-    """``base + h @ w`` for every direction (``[D, n, *]``): one ``baddbmm``, or
-    with :func:`onednn_weights` one oneDNN matmul per direction with the sum fused in."""
+    """:func:`recurrent_matmuls` as one ``[D, n, *]`` tensor."""
     if len(packed) == 0:
         return torch.baddbmm(base, h, w)
-    return torch.stack([
-        torch.ops.mkldnn._linear_pointwise(h[d], base[d], packed[d], None, "add") for d in range(len(packed))
-    ])
+    return torch.stack(recurrent_matmuls(base, h, w, packed))
 
 
 def onednn_applies(w: Tensor) -> bool:

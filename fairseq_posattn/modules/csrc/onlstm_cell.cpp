@@ -47,19 +47,44 @@ inline float sigmoid(float x) { return 1.0f / (1.0f + exp_(-x)); }
 inline float tanh_(float x) { return 2.0f * sigmoid(2.0f * x) - 1.0f; }
 
 struct Rows {
-  // the units of (direction d, row) of a [D, rows, units] tensor
-  float* data;
-  int64_t dir_stride, row_stride;
-  explicit Rows(const torch::Tensor& t)
-      : data(t.numel() ? t.data_ptr<float>() : nullptr), dir_stride(t.stride(0)), row_stride(t.stride(1)) {}
-  float* operator()(int64_t d, int64_t row) const { return data + d * dir_stride + row * row_stride; }
+  // the units of (direction d, row): of a [D, rows, units] tensor, or of the
+  // d-th [rows, units] tensor of a list
+  std::vector<float*> dirs;
+  std::vector<int64_t> row_strides;
+  explicit Rows(const torch::Tensor& t) {
+    for (int64_t d = 0; d < (t.numel() ? t.size(0) : 0); ++d) {
+      dirs.push_back(t.data_ptr<float>() + d * t.stride(0));
+      row_strides.push_back(t.stride(1));
+    }
+  }
+  explicit Rows(const std::vector<torch::Tensor>& ts) {
+    for (const auto& t : ts) {
+      dirs.push_back(t.data_ptr<float>());
+      row_strides.push_back(t.stride(0));
+    }
+  }
+  float* operator()(int64_t d, int64_t row) const { return dirs[d] + row * row_strides[d]; }
 };
+
+void check_layout(const torch::Tensor& t, const char* name) {
+  TORCH_CHECK(t.scalar_type() == torch::kFloat32 && t.device().is_cpu(), name, ": expected a float32 CPU tensor");
+  TORCH_CHECK(t.stride(-1) == 1, name, ": units must be contiguous");
+}
 
 void check(const torch::Tensor& t, const char* name, int64_t num_dir, int64_t n, int64_t units) {
   TORCH_CHECK(t.dim() == 3 && t.size(0) == num_dir && t.size(1) == n && t.size(2) == units, name,
               ": expected [", num_dir, ", ", n, ", ", units, "], got ", t.sizes());
-  TORCH_CHECK(t.scalar_type() == torch::kFloat32 && t.device().is_cpu(), name, ": expected a float32 CPU tensor");
-  TORCH_CHECK(t.stride(2) == 1, name, ": units must be contiguous");
+  check_layout(t, name);
+}
+
+// A list of one [n, units] tensor per direction.
+void check(const std::vector<torch::Tensor>& ts, const char* name, int64_t num_dir, int64_t n, int64_t units) {
+  TORCH_CHECK(static_cast<int64_t>(ts.size()) == num_dir, name, ": expected ", num_dir, " tensors, got ", ts.size());
+  for (const auto& t : ts) {
+    TORCH_CHECK(t.dim() == 2 && t.size(0) == n && t.size(1) == units, name, ": expected [", n, ", ", units,
+                "] per direction, got ", t.sizes());
+    check_layout(t, name);
+  }
 }
 
 // Softmax of (x + b)[0..m) into p, then p's running sum into cum.
@@ -97,14 +122,15 @@ inline int64_t grain(int64_t units) { return std::max<int64_t>(1, at::internal::
 
 }  // namespace
 
-// One step forward.  z + bias: pre-activations (z [D, n, G], bias [D, 1, G]); c_prev: [D, n, hidden],
+// One step forward.  z + bias: pre-activations (z one [n, G] per direction,
+// bias [D, 1, G]); c_prev: [D, n, hidden],
 // or empty at the first step (c = 0); writes c_new and h [D, n, hidden] and,
 // when act is not empty, the activated gates (sigmoid f, i, o; tanh c_hat; the
 // master softmax probabilities) to act [D, n, G], which may alias z;
 // c_new may alias c_prev.
-void step_forward(torch::Tensor z, torch::Tensor bias, torch::Tensor c_prev, torch::Tensor act, torch::Tensor c_new,
-                  torch::Tensor h, int64_t chunk) {
-  const int64_t num_dir = z.size(0), n = z.size(1), g = z.size(2), hidden = c_new.size(2);
+void step_forward(std::vector<torch::Tensor> z, torch::Tensor bias, torch::Tensor c_prev, torch::Tensor act,
+                  torch::Tensor c_new, torch::Tensor h, int64_t chunk) {
+  const int64_t num_dir = c_new.size(0), n = c_new.size(1), g = bias.size(2), hidden = c_new.size(2);
   const int64_t n_chunk = hidden / chunk;
   TORCH_CHECK(g == 4 * hidden + 2 * n_chunk, "gates: expected ", 4 * hidden + 2 * n_chunk, " units, got ", g);
   check(z, "z", num_dir, n, g);
@@ -156,12 +182,12 @@ void step_forward(torch::Tensor z, torch::Tensor bias, torch::Tensor c_prev, tor
 // One step backward: the gradients w.r.t. the step's pre-activations.  act:
 // the activated gates [D, n, G]; c, c_prev: the step's cell states and the
 // previous step's (c_prev empty at the first step); dh = rec for rows below
-// rec's row count (the later step's recurrent gradient, upstream gradient
-// included), else gh; dc [D, >= n, hidden] holds the later step's cell
+// rec's row count (rec: one [n_rec, hidden] per direction, or none; the later
+// step's recurrent gradient, upstream gradient included), else gh; dc [D, >= n, hidden] holds the later step's cell
 // gradient (zero for rows that end here) and gets dc * f_hat for the earlier
 // step; dg [D, n, G] gets the gate gradients (it may alias act).
-void step_backward(torch::Tensor act, torch::Tensor c_prev, torch::Tensor c, torch::Tensor gh, torch::Tensor rec,
-                   torch::Tensor dc, torch::Tensor dg, int64_t chunk) {
+void step_backward(torch::Tensor act, torch::Tensor c_prev, torch::Tensor c, torch::Tensor gh,
+                   std::vector<torch::Tensor> rec, torch::Tensor dc, torch::Tensor dg, int64_t chunk) {
   const int64_t num_dir = act.size(0), n = act.size(1), g = act.size(2), hidden = c.size(2);
   const int64_t n_chunk = hidden / chunk;
   TORCH_CHECK(g == 4 * hidden + 2 * n_chunk, "gates: expected ", 4 * hidden + 2 * n_chunk, " units, got ", g);
@@ -173,7 +199,7 @@ void step_backward(torch::Tensor act, torch::Tensor c_prev, torch::Tensor c, tor
   TORCH_CHECK(dc.size(1) >= n, "dc: fewer rows than the step");
   const bool has_prev = c_prev.numel() > 0;
   if (has_prev) check(c_prev, "c_prev", num_dir, n, hidden);
-  const int64_t n_rec = rec.numel() > 0 ? rec.size(1) : 0;
+  const int64_t n_rec = rec.empty() ? 0 : rec[0].size(0);
   if (n_rec > 0) check(rec, "rec", num_dir, n_rec, hidden);
   TORCH_CHECK(n_rec <= n, "rec: more rows than the step");
   const Rows as(act), cps(c_prev), cs(c), ghs(gh), recs(rec), dcs(dc), dgs(dg);
