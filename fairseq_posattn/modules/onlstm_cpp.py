@@ -17,6 +17,7 @@ loop, after one warning.  ``FAIRSEQ_POSATTN_NO_CPP_CELL=1`` skips the build.
 """
 
 import os
+import shutil
 import warnings
 from typing import List, Tuple
 
@@ -44,6 +45,11 @@ def cell():
             return None
         try:
             from torch.utils.cpp_extension import load
+
+            if shutil.which("ninja") is None:  # an environment used without activating it
+                import ninja
+
+                os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
 
             isa = torch.backends.cpu.get_cpu_capability().lower()  # the build is cached per instruction set
             # -fopenmp: at::parallel_for splits the rows over torch's own OpenMP threads
