@@ -37,7 +37,7 @@ _ISA_FLAGS = {"avx2": ["-mavx2", "-mfma"], "avx512": ["-mavx512f", "-mavx512dq",
 
 
 def cell():
-    """The compiled cell (built on the first call), or None where it cannot be built."""
+    """The compiled cell's ops (``step_forward``, ``step_backward``; built on the first call), or None where it cannot be built."""
     global _cell
     if _cell is None:
         _cell = False
@@ -54,7 +54,9 @@ def cell():
             isa = torch.backends.cpu.get_cpu_capability().lower()  # the build is cached per instruction set
             # -fopenmp: at::parallel_for splits the rows over torch's own OpenMP threads
             flags = ["-O3", "-fopenmp", "-fno-math-errno", "-fno-trapping-math"] + _ISA_FLAGS.get(isa, [])
-            _cell = load("fairseq_posattn_onlstm_cell_" + isa, [_SOURCE], extra_cflags=flags, extra_ldflags=["-fopenmp"])
+            load("fairseq_posattn_onlstm_cell_" + isa, [_SOURCE], extra_cflags=flags, extra_ldflags=["-fopenmp"],
+                 is_python_module=False)  # registers the ops (ATen headers only: a quicker build than pybind's)
+            _cell = torch.ops.fairseq_posattn_onlstm
         except Exception as err:  # no compiler, no ninja, no headers: the scripted loop stays
             warnings.warn("the ON-LSTM's C++ cell could not be built (%s); the CPU takes the TorchScript loop" % err)
     return _cell or None

@@ -2,16 +2,16 @@
 // and backward (Shen et al. 2019; the equations as numbered in Hao et al.
 // 2019, Eq. 3-9), one pass over each row instead of some twenty ATen kernels.
 //
-// Every tensor is float32 [D, n, units] with unit stride along the units
-// (any stride along directions and rows).  Gate units of a row, in order:
+// Every tensor is float32 [D, n, units], or a list of one [n, units] per
+// direction, with unit stride along the units (any other strides).  Gate units of a row, in order:
 // f, i, o, c_hat (hidden each), master forget, master input (n_chunk each;
 // master unit k covers units k*chunk .. k*chunk+chunk-1).  The Python side
 // (fairseq_posattn/modules/onlstm_cpp.py) adds the recurrent matmul and
 // loops over time steps.
 
-#include <torch/extension.h>
-
 #include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <torch/library.h>
 
 #include <algorithm>
 #include <cmath>
@@ -51,13 +51,13 @@ struct Rows {
   // d-th [rows, units] tensor of a list
   std::vector<float*> dirs;
   std::vector<int64_t> row_strides;
-  explicit Rows(const torch::Tensor& t) {
+  explicit Rows(const at::Tensor& t) {
     for (int64_t d = 0; d < (t.numel() ? t.size(0) : 0); ++d) {
       dirs.push_back(t.data_ptr<float>() + d * t.stride(0));
       row_strides.push_back(t.stride(1));
     }
   }
-  explicit Rows(const std::vector<torch::Tensor>& ts) {
+  explicit Rows(const std::vector<at::Tensor>& ts) {
     for (const auto& t : ts) {
       dirs.push_back(t.data_ptr<float>());
       row_strides.push_back(t.stride(0));
@@ -66,19 +66,19 @@ struct Rows {
   float* operator()(int64_t d, int64_t row) const { return dirs[d] + row * row_strides[d]; }
 };
 
-void check_layout(const torch::Tensor& t, const char* name) {
-  TORCH_CHECK(t.scalar_type() == torch::kFloat32 && t.device().is_cpu(), name, ": expected a float32 CPU tensor");
+void check_layout(const at::Tensor& t, const char* name) {
+  TORCH_CHECK(t.scalar_type() == at::kFloat && t.device().is_cpu(), name, ": expected a float32 CPU tensor");
   TORCH_CHECK(t.stride(-1) == 1, name, ": units must be contiguous");
 }
 
-void check(const torch::Tensor& t, const char* name, int64_t num_dir, int64_t n, int64_t units) {
+void check(const at::Tensor& t, const char* name, int64_t num_dir, int64_t n, int64_t units) {
   TORCH_CHECK(t.dim() == 3 && t.size(0) == num_dir && t.size(1) == n && t.size(2) == units, name,
               ": expected [", num_dir, ", ", n, ", ", units, "], got ", t.sizes());
   check_layout(t, name);
 }
 
 // A list of one [n, units] tensor per direction.
-void check(const std::vector<torch::Tensor>& ts, const char* name, int64_t num_dir, int64_t n, int64_t units) {
+void check(const std::vector<at::Tensor>& ts, const char* name, int64_t num_dir, int64_t n, int64_t units) {
   TORCH_CHECK(static_cast<int64_t>(ts.size()) == num_dir, name, ": expected ", num_dir, " tensors, got ", ts.size());
   for (const auto& t : ts) {
     TORCH_CHECK(t.dim() == 2 && t.size(0) == n && t.size(1) == units, name, ": expected [", n, ", ", units,
@@ -116,9 +116,10 @@ void expand(const float* v, int64_t hidden, int64_t chunk, float* out) {
   for (int64_t u = 0; u < hidden; ++u) out[u] = v[u / chunk];
 }
 
-// Rows per thread: at least ATen's grain of element-wise work (a step of a
-// few short rows stays on one thread, as ATen's own kernels would).
-inline int64_t grain(int64_t units) { return std::max<int64_t>(1, at::internal::GRAIN_SIZE / units); }
+// Rows per thread: at least ATen's grain of element-wise work, 32768 units
+// (at::internal::GRAIN_SIZE, whose header would triple the build time), so a
+// step of a few short rows stays on one thread, as ATen's own kernels would.
+inline int64_t grain(int64_t units) { return std::max<int64_t>(1, 32768 / units); }
 
 }  // namespace
 
@@ -128,8 +129,8 @@ inline int64_t grain(int64_t units) { return std::max<int64_t>(1, at::internal::
 // when act is not empty, the activated gates (sigmoid f, i, o; tanh c_hat; the
 // master softmax probabilities) to act [D, n, G], which may alias z;
 // c_new may alias c_prev.
-void step_forward(std::vector<torch::Tensor> z, torch::Tensor bias, torch::Tensor c_prev, torch::Tensor act,
-                  torch::Tensor c_new, torch::Tensor h, int64_t chunk) {
+void step_forward(std::vector<at::Tensor> z, at::Tensor bias, at::Tensor c_prev, at::Tensor act,
+                  at::Tensor c_new, at::Tensor h, int64_t chunk) {
   const int64_t num_dir = c_new.size(0), n = c_new.size(1), g = bias.size(2), hidden = c_new.size(2);
   const int64_t n_chunk = hidden / chunk;
   TORCH_CHECK(g == 4 * hidden + 2 * n_chunk, "gates: expected ", 4 * hidden + 2 * n_chunk, " units, got ", g);
@@ -186,8 +187,8 @@ void step_forward(std::vector<torch::Tensor> z, torch::Tensor bias, torch::Tenso
 // step's recurrent gradient, upstream gradient included), else gh; dc [D, >= n, hidden] holds the later step's cell
 // gradient (zero for rows that end here) and gets dc * f_hat for the earlier
 // step; dg [D, n, G] gets the gate gradients (it may alias act).
-void step_backward(torch::Tensor act, torch::Tensor c_prev, torch::Tensor c, torch::Tensor gh,
-                   std::vector<torch::Tensor> rec, torch::Tensor dc, torch::Tensor dg, int64_t chunk) {
+void step_backward(at::Tensor act, at::Tensor c_prev, at::Tensor c, at::Tensor gh,
+                   std::vector<at::Tensor> rec, at::Tensor dc, at::Tensor dg, int64_t chunk) {
   const int64_t num_dir = act.size(0), n = act.size(1), g = act.size(2), hidden = c.size(2);
   const int64_t n_chunk = hidden / chunk;
   TORCH_CHECK(g == 4 * hidden + 2 * n_chunk, "gates: expected ", 4 * hidden + 2 * n_chunk, " units, got ", g);
@@ -278,7 +279,9 @@ void step_backward(torch::Tensor act, torch::Tensor c_prev, torch::Tensor c, tor
   });
 }
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("step_forward", &step_forward, "ON-LSTM step forward (CPU, float32)");
-  m.def("step_backward", &step_backward, "ON-LSTM step backward (CPU, float32)");
+// torch.ops.fairseq_posattn_onlstm.step_forward / step_backward (they write
+// into their tensor arguments as documented above, and return nothing)
+TORCH_LIBRARY(fairseq_posattn_onlstm, m) {
+  m.def("step_forward", &step_forward);
+  m.def("step_backward", &step_backward);
 }
