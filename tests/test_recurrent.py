@@ -176,12 +176,17 @@ def test_onednn_recurrent_matmuls_equal_baddbmm(chunk, save):
                 torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
 
 
-def _recurrent_matmul_calls(layer, x, lengths):
-    """Profiled calls of oneDNN's packed matmul and of ``baddbmm`` in one forward + backward of ``layer``."""
+def _matmul_calls(rnn, x, lengths, train=True):
+    """Profiled calls of oneDNN's packed matmul, ``baddbmm`` and ``addmm`` in one
+    forward + backward of the :class:`ONLSTM` ``rnn`` (or one forward without grad)."""
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        layer(x.requires_grad_(), lengths).sum().backward()
+        if train:
+            rnn(x.requires_grad_(), lengths).sum().backward()
+        else:
+            with torch.no_grad():
+                rnn(x, lengths)
     names = [e.name for e in prof.events()]
-    return names.count("mkldnn::_linear_pointwise"), names.count("aten::baddbmm")
+    return tuple(names.count(op) for op in ("mkldnn::_linear_pointwise", "aten::baddbmm", "aten::addmm"))
 
 
 @needs_onednn
@@ -190,20 +195,24 @@ def _recurrent_matmul_calls(layer, x, lengths):
 def test_float32_cpu_recurrence_takes_onednn(kernel):
     """Every recurrent product of a float32 CPU layer is one oneDNN matmul per
     direction ((T - 1) steps forward and as many backward), on the scripted
-    loop and the C++ cell alike; float64 and
-    ``torch.backends.mkldnn.flags(enabled=False)`` keep ``baddbmm``."""
+    loop and the C++ cell alike, and so is the input projection's backward;
+    the C++ cell's input projection too.  float64 and
+    ``torch.backends.mkldnn.flags(enabled=False)`` keep ``baddbmm`` (``addmm``
+    per direction on the cell)."""
     if kernel == "cpp" and onlstm_cpp.cell() is None:
         pytest.skip("the C++ cell is not built here")
-    lengths = [5, 3, 5]
-    layer = RecurrentLayer(D_MODEL, "onlstm", hidden_dim=HIDDEN, kernel=kernel)
-    x, lengths = _padded_batch(lengths, D_MODEL, dtype=torch.float32)
+    rnn = ONLSTM(D_MODEL, HIDDEN, kernel=kernel)
+    x, lengths = _padded_batch([5, 3, 5], D_MODEL, dtype=torch.float32)
     steps = int(lengths.max()) - 1
-    projection = 1 if kernel == "script" else 0  # the loop's input projection is a baddbmm too
-    assert _recurrent_matmul_calls(layer, x.clone(), lengths) == (2 * 2 * steps, projection)
+    loop = kernel == "script"  # the loop's input projection is one baddbmm with the bias
+    projections = 0 if loop else 2  # the cell's input projection: one per direction
+    assert _matmul_calls(rnn, x.clone(), lengths) == (2 * 2 * steps + 2 + projections, int(loop), 0)
+    assert _matmul_calls(rnn, x.clone(), lengths, train=False) == (2 * steps + projections, int(loop), 0)
     with torch.backends.mkldnn.flags(enabled=False):
-        assert _recurrent_matmul_calls(layer, x.clone(), lengths) == (0, projection + 2 * steps)
-    if kernel == "script":
-        assert _recurrent_matmul_calls(layer.double(), x.double(), lengths) == (0, 1 + 2 * steps)
+        expected = (0, 1 + 2 * steps, 0) if loop else (0, 0, 2 * 2 * steps)
+        assert _matmul_calls(rnn, x.clone(), lengths) == expected
+    if loop:
+        assert _matmul_calls(rnn.double(), x.double(), lengths) == (0, 1 + 2 * steps, 0)
 
 
 def test_inference_path_keeps_nothing_and_equals_the_training_path():

@@ -14,7 +14,7 @@ Rows, all bidirectional with hidden = d per direction:
   ``nn.LSTM`` + 2d -> d projection + residual + pad mask);
 * ``ON-LSTM layer``: :class:`RecurrentLayer` with ``cell="onlstm"`` (on
   CUDA with Triton: one fused kernel per time step; on the CPU in float32:
-  one pass of the C++ cell per time step);
+  the loop over the time steps in C++);
 * ``ON-LSTM, loop``: the same layer on the TorchScript loop
   (``kernel="script"``), where a fused step applies, for comparison.
 

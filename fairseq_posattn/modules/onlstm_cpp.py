@@ -1,13 +1,21 @@
-"""The ON-LSTM recurrence on the CPU with each step's element-wise work in C++.
+"""The ON-LSTM recurrence on the CPU in C++.
 
 The TorchScript loop of :mod:`.recurrent` spends a fifth of a float32 CPU
 layer in some twenty small ATen kernels per step (the gates, cumax, the cell
-update and their gradients), each a pass over memory with its own dispatch.
-Here a step is one recurrent matmul (oneDNN's packed weights, as in the
-loop) and one pass of ``csrc/onlstm_cell.cpp`` over the step's rows, forward
-and backward: the same equations (Hao et al. 2019, Eq. 3-9, after Shen et
+update and their gradients), each a pass over memory with its own dispatch,
+and a Python-level interpreter between the steps.  Here the whole loop over
+the time steps is one call into ``csrc/onlstm_cell.cpp``, forward and
+backward: per step one recurrent matmul per direction (oneDNN's packed
+weights, as in the loop) and one pass over the step's rows for the gate
+arithmetic -- the same equations (Hao et al. 2019, Eq. 3-9, after Shen et
 al. 2019), the same buffers and in-place writes as the scripted loop, so
 :class:`.recurrent._ONLSTMFunction` takes either.
+
+Inference (no ``save``) keeps no gate buffer, so its input projection is one
+oneDNN matmul per direction into a tensor of its own, and the oneDNN
+layouts of both weights are kept from call to call while the weights do not
+change (:func:`.packed_steps.kept_onednn_layouts`): beam search runs the
+encoder once per batch with the same weights.
 
 The cell is compiled on first use with ``torch.utils.cpp_extension`` (a C++
 compiler and ninja are needed; the build is cached under
@@ -25,7 +33,8 @@ import torch
 from torch import Tensor
 
 from fairseq_posattn.modules.packed_steps import (
-    forward_buffers, onednn_applies, onednn_weights, recurrent_matmuls, recurrent_weight_grad, step_starts,
+    direction_matmuls, forget_onednn_layouts, kept_onednn_layouts, onednn_applies, onednn_layouts, onednn_weights,
+    recurrent_weight_grad, state_buffers,
 )
 
 __all__ = ["cell", "handles", "onlstm_forward", "onlstm_backward"]
@@ -37,7 +46,7 @@ _ISA_FLAGS = {"avx2": ["-mavx2", "-mfma"], "avx512": ["-mavx512f", "-mavx512dq",
 
 
 def cell():
-    """The compiled cell's ops (``step_forward``, ``step_backward``; built on the first call), or None where it cannot be built."""
+    """The compiled ops (``forward``, ``backward``; built on the first call), or None where they cannot be built."""
     global _cell
     if _cell is None:
         _cell = False
@@ -67,57 +76,42 @@ def handles(xs: Tensor) -> bool:
     return xs.device.type == "cpu" and xs.dtype == torch.float32 and cell() is not None
 
 
-def _none() -> Tensor:
-    """The cell's "no such tensor" (an empty ``[0, 0, 0]``)."""
-    return torch.empty(0, 0, 0)
-
-
 def onlstm_forward(
     xs: Tensor, w_ih: Tensor, bias: Tensor, w_hh: Tensor, batch_sizes: List[int],
     hidden: int, chunk_size: int, save: bool,
-) -> Tuple[Tensor, Tensor, Tensor]:
-    """:func:`.recurrent._onlstm_forward` with one matmul and one C++ pass per step; same arguments, same results."""
-    step = cell().step_forward
-    xg, acts, cells, out = forward_buffers(xs, w_ih, None, batch_sizes, hidden, save)  # the cell adds the bias
-    packed = onednn_weights(w_hh, batch_sizes) if onednn_applies(w_hh) else []
-    start = 0
-    prev = 0  # first row of the previous step
-    for t, n in enumerate(batch_sizes):
-        stop = start + n
-        rows = xg[:, start:stop]
-        z = rows.unbind(0) if t == 0 else recurrent_matmuls(rows, out[:, prev : prev + n], w_hh, packed)
-        c_new = cells[:, start:stop] if save else cells[:, :n]
-        c_prev = _none() if t == 0 else (cells[:, prev : prev + n] if save else c_new)
-        step(z, bias, c_prev, acts[:, start:stop] if save else _none(), c_new, out[:, start:stop], chunk_size)
-        prev = start
-        start = stop
+) -> Tuple[Tensor, List[Tensor], Tensor]:
+    """:func:`.recurrent._onlstm_forward` with the loop over the steps in C++; same
+    arguments, same results, except that the gates come as one ``[N, G]`` per
+    direction (none without ``save``)."""
+    onednn = onednn_applies(w_hh)
+    if save:  # training: the weights change every update, lay them out anew
+        forget_onednn_layouts(w_ih, w_hh)
+        layouts_ih = onednn_layouts(w_ih, xs.size(1)) if onednn else []
+        layouts_hh = onednn_weights(w_hh, batch_sizes) if onednn else []
+    else:  # inference: the same weights call after call
+        layouts_ih = kept_onednn_layouts(w_ih, xs.size(1)) if onednn else []
+        layouts_hh = kept_onednn_layouts(w_hh, batch_sizes[0]) if onednn and len(batch_sizes) > 1 else []
+    xg = direction_matmuls(xs, w_ih, layouts_ih)  # the cell adds the bias
+    acts = xg if save else []  # the gates overwrite their own pre-activations
+    cells, out = state_buffers(xs, batch_sizes, hidden, save)
+    cell().forward(xg, bias, w_hh, layouts_hh, batch_sizes, acts, cells, out, chunk_size)
     return out, acts, cells
 
 
 def onlstm_backward(
-    grad_hs: Tensor, w_hh: Tensor, hs: Tensor, acts: Tensor, cells: Tensor,
+    grad_hs: Tensor, w_hh: Tensor, hs: Tensor, acts: List[Tensor], cells: Tensor,
     batch_sizes: List[int], hidden: int, chunk_size: int,
-) -> Tuple[Tensor, Tensor]:
-    """:func:`.recurrent._onlstm_backward` with one C++ pass and one matmul per step; same arguments, same results."""
-    step = cell().step_backward
-    num_dir = acts.size(0)
-    steps = len(batch_sizes)
-    grad_xg = acts  # float32 throughout: the gate gradients overwrite the gates
-    if steps == 0:
-        return grad_xg, torch.zeros_like(w_hh)
+) -> Tuple[List[Tensor], Tensor]:
+    """:func:`.recurrent._onlstm_backward` with the loop over the steps in C++; same
+    arguments, same results, except that the gates and their gradients come as
+    one ``[N, G]`` per direction."""
+    if len(batch_sizes) == 0:
+        return acts, torch.zeros_like(w_hh)
     w_t = w_hh.transpose(1, 2)  # [D, G, hidden]
     packed = onednn_weights(w_t, batch_sizes) if onednn_applies(w_hh) else []
-    starts = step_starts(batch_sizes)
-    dc = torch.zeros(num_dir, batch_sizes[0], hidden)
-    rec: List[Tensor] = []  # dh from the later step, upstream gradient included: one [n, hidden] per direction
-    for t in range(steps - 1, -1, -1):
-        start, n = starts[t], batch_sizes[t]
-        c_prev = cells[:, starts[t - 1] : starts[t - 1] + n] if t > 0 else _none()
-        rows = slice(start, start + n)
-        step(acts[:, rows], c_prev, cells[:, rows], grad_hs[:, rows], rec, dc, grad_xg[:, rows], chunk_size)
-        if t > 0:
-            prev = starts[t - 1]
-            rec = recurrent_matmuls(grad_hs[:, prev : prev + n], grad_xg[:, rows], w_t, packed)
+    dc = torch.zeros(len(acts), batch_sizes[0], hidden)
+    cell().backward(grad_hs, w_t, packed, acts, cells, batch_sizes, dc, chunk_size)  # float32: over the gates
     # the cell wrote over the saved gates: a second backward must be refused
-    torch.autograd.graph.increment_version(acts)
-    return grad_xg, recurrent_weight_grad(hs, grad_xg, w_hh, batch_sizes)
+    for a in acts:
+        torch.autograd.graph.increment_version(a)
+    return acts, recurrent_weight_grad(hs, acts, w_hh, batch_sizes)

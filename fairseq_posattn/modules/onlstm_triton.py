@@ -29,7 +29,7 @@ from typing import List, Tuple
 import torch
 from torch import Tensor
 
-from fairseq_posattn.modules.packed_steps import forward_buffers, recurrent_weight_grad, step_starts
+from fairseq_posattn.modules.packed_steps import gate_buffers, recurrent_weight_grad, state_buffers, step_starts
 
 try:
     import triton
@@ -216,7 +216,8 @@ def onlstm_forward(
 ) -> Tuple[Tensor, Tensor, Tensor]:
     """:func:`.recurrent._onlstm_forward` with one matmul and one fused kernel per step; same arguments, same results."""
     num_dir = xs.size(0)
-    xg, acts, cells, out = forward_buffers(xs, w_ih, bias, batch_sizes, hidden, save)
+    xg, acts = gate_buffers(xs, w_ih, bias, save)
+    cells, out = state_buffers(xs, batch_sizes, hidden, save)
     shape = _shape(hidden, chunk_size)
     start = 0
     prev = 0
@@ -264,4 +265,4 @@ def onlstm_backward(
             rec = torch.bmm(grad_xg[:, start : start + n], w_t)  # [D, n, hidden]: dh from step t into t - 1
     if grad_xg is acts:  # the kernels wrote over the saved gates: a second backward must be refused
         torch.autograd.graph.increment_version(acts)
-    return grad_xg, recurrent_weight_grad(hs, grad_xg, w_hh, batch_sizes)
+    return grad_xg, recurrent_weight_grad(hs, grad_xg.unbind(0), w_hh, batch_sizes)

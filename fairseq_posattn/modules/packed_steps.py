@@ -1,55 +1,54 @@
 """Packed-sequence bookkeeping shared by the ON-LSTM's recurrences.
 
-The TorchScript loop (:mod:`.recurrent`) and the fused Triton steps
-(:mod:`.onlstm_triton`) walk the same packed layout -- time-major rows,
-sentences sorted longest first, step ``t`` over the ``batch_sizes[t]``
-sentences longer than ``t`` -- and share its buffers, its step offsets and
-the recurrent weight gradient computed after the loop; on the CPU the
-per-step recurrent matmuls of both take oneDNN's packed weights.
+The TorchScript loop (:mod:`.recurrent`), the C++ loop (:mod:`.onlstm_cpp`)
+and the fused Triton steps (:mod:`.onlstm_triton`) walk the same packed
+layout -- time-major rows, sentences sorted longest first, step ``t`` over
+the ``batch_sizes[t]`` sentences longer than ``t`` -- and share its buffers,
+its step offsets and the recurrent weight gradient computed after the loop;
+on the CPU the matmuls take oneDNN's packed weights (laid out once per call,
+or in inference kept from call to call).
 """
 
 from typing import List, Optional, Tuple
 
 import torch
 from torch import Tensor
+from torch.utils.weak import WeakIdKeyDictionary
 
 __all__ = [
-    "forward_buffers", "onednn_applies", "onednn_weights", "recurrent_matmul", "recurrent_matmuls",
-    "recurrent_weight_grad", "step_starts",
+    "direction_matmuls", "forget_onednn_layouts", "gate_buffers", "kept_onednn_layouts", "onednn_applies",
+    "onednn_layouts", "onednn_weights", "recurrent_matmul", "recurrent_weight_grad",
+    "state_buffers", "step_starts",
 ]
 
 
-def forward_buffers(
-    xs: Tensor, w_ih: Tensor, bias: Optional[Tensor], batch_sizes: List[int], hidden: int, save: bool,
-) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
-    """The input projections ``xg [D, N, G]`` of all steps and directions and
-    the forward's buffers: activated gates (``xg`` itself when the dtypes
-    agree; empty without ``save``), cell states (every step's, or one step's
-    without ``save``) and hidden states ``[D, N + 1, hidden]``, row ``N`` zero.
-
-    ``xg`` is one ``baddbmm`` with the bias; with ``bias=None`` (the C++
-    cell's caller: the cell adds the bias) one ``mm`` per direction written
-    in place, which on the CPU is faster than ``bmm`` (at d = 512, 75 ms
-    against 92 on 2 cores) and copies no broadcast bias."""
+def gate_buffers(xs: Tensor, w_ih: Tensor, bias: Tensor, save: bool) -> Tuple[Tensor, Tensor]:
+    """The input projections ``xg [D, N, G]`` of all steps and directions (one
+    ``baddbmm`` with the bias) and the buffer of the activated gates (``xg``
+    itself when the dtypes agree; empty without ``save``)."""
     num_dir, num_rows, _ = xs.shape
     acc = torch.promote_types(xs.dtype, torch.float32)
-    if bias is None:
-        xg = torch.empty(num_dir, num_rows, w_ih.size(2), dtype=xs.dtype, device=xs.device)
-        for d in range(num_dir):
-            torch.mm(xs[d], w_ih[d], out=xg[d])
-    else:
-        xg = torch.baddbmm(bias, xs, w_ih)
+    xg = torch.baddbmm(bias, xs, w_ih)
     if not save:
         acts = torch.empty(num_dir, 0, w_ih.size(2), dtype=acc, device=xs.device)
     elif xg.dtype == acc:
         acts = xg
     else:
         acts = torch.empty(xg.shape, dtype=acc, device=xs.device)
+    return xg, acts
+
+
+def state_buffers(xs: Tensor, batch_sizes: List[int], hidden: int, save: bool) -> Tuple[Tensor, Tensor]:
+    """The forward's cell states (every step's, or one step's without
+    ``save``; float32 or wider) and hidden states ``[D, N + 1, hidden]``
+    (``xs``'s dtype), row ``N`` zero, for packed inputs ``xs [D, N, C]``."""
+    num_dir, num_rows, _ = xs.shape
+    acc = torch.promote_types(xs.dtype, torch.float32)
     max_batch = batch_sizes[0] if len(batch_sizes) > 0 else 0
     cells = torch.empty(num_dir, num_rows if save else max_batch, hidden, dtype=acc, device=xs.device)
     out = torch.empty(num_dir, num_rows + 1, hidden, dtype=xs.dtype, device=xs.device)
     out[:, num_rows] = 0.0
-    return xg, acts, cells, out
+    return cells, out
 
 
 def step_starts(batch_sizes: List[int]) -> List[int]:
@@ -62,49 +61,89 @@ def step_starts(batch_sizes: List[int]) -> List[int]:
     return starts
 
 
-def recurrent_weight_grad(hs: Tensor, grad_xg: Tensor, w_hh: Tensor, batch_sizes: List[int]) -> Tensor:
-    """``dW_hh = sum_t h_{t-1}^T dg_t`` (``h_{-1} = 0``): one matmul over all steps.
+def recurrent_weight_grad(hs: Tensor, grad_xg: List[Tensor], w_hh: Tensor, batch_sizes: List[int]) -> Tensor:
+    """``dW_hh = sum_t h_{t-1}^T dg_t`` (``h_{-1} = 0``; ``grad_xg`` one ``[N, G]``
+    per direction): one matmul per direction over all steps.
 
     ``h_{t-1}`` is the first ``batch_sizes[t]`` rows of step ``t - 1``, all
     of it without padding."""
     steps = len(batch_sizes)
+    grad = torch.zeros_like(w_hh)
     if steps < 2:
-        return torch.zeros_like(w_hh)
+        return grad
     first = batch_sizes[0]
-    num_rows = grad_xg.size(1)
+    num_rows = grad_xg[0].size(0)
     if batch_sizes[steps - 1] == first:
         h_prev = hs[:, : num_rows - first]
     else:
         starts = step_starts(batch_sizes)
         h_prev = torch.cat([hs[:, starts[t - 1] : starts[t - 1] + batch_sizes[t]] for t in range(1, steps)], 1)
-    return torch.bmm(h_prev.transpose(1, 2), grad_xg[:, first:])
+    for d in range(len(grad_xg)):
+        torch.mm(h_prev[d].t(), grad_xg[d][first:], out=grad[d])
+    return grad
 
 
 def onednn_weights(w: Tensor, batch_sizes: List[int]) -> List[Tensor]:
-    """Each direction's ``[D, K, M]`` weight in oneDNN's packed layout for ``x @ w[d]``.
+    """:func:`onednn_layouts` of the recurrent weight ``w [D, K, M]`` for the
+    per-step products ``h @ w[d]`` (none when no step reads ``h_{t-1}``).
 
     Laid out once per call (a copy of the weight), then every step's
     ``[n, K] @ [K, M]`` reads it as one blocked GEMM: on a 2-core AVX-512
     CPU about twice the speed of ``baddbmm`` at ``n = 32, K = 512, M = 3072``."""
-    if len(batch_sizes) < 2:  # no step reads h_{t-1}
+    if len(batch_sizes) < 2:
         return []
-    return [torch.ops.mkldnn._reorder_linear_weight(w[d].t().contiguous(), batch_sizes[0]) for d in range(w.size(0))]
+    return onednn_layouts(w, batch_sizes[0])
 
 
-def recurrent_matmuls(base: Tensor, h: Tensor, w: Tensor, packed: List[Tensor]) -> List[Tensor]:
-    """``base[d] + h[d] @ w[d]`` for every direction ``d`` (``[D, n, *]`` in,
-    one ``[n, *]`` out per direction): one ``baddbmm``, or with
-    :func:`onednn_weights` one oneDNN matmul per direction with the sum fused in."""
+def onednn_layouts(w: Tensor, rows: int) -> List[Tensor]:
+    """Each direction's ``w[d]`` (``w [D, K, M]``) in oneDNN's packed layout for ``[rows, K] @ w[d]``."""
+    return [torch.ops.mkldnn._reorder_linear_weight(w[d].t().contiguous(), rows) for d in range(w.size(0))]
+
+
+_KEPT = WeakIdKeyDictionary()  # weight -> (its storage, (its address, its version), its oneDNN layouts)
+
+
+def kept_onednn_layouts(w: Tensor, rows: int) -> List[Tensor]:
+    """:func:`onednn_layouts` of ``w``, laid out once per state of ``w`` and
+    kept with it until ``w`` is written to (its version counter moves), its
+    data is replaced (its address; the storage laid out is held with the
+    layouts, so no new one can take its address meanwhile), or it is freed:
+    inference reads the same weights call after call (at d = 512 the layout
+    costs about 2.5 ms per direction and weight, some 10 ms of a layer's
+    180).  :func:`forget_onednn_layouts` drops them."""
+    state = (w.data_ptr(), w._version)
+    kept = _KEPT.get(w)
+    if kept is None or kept[1] != state:
+        kept = (w.untyped_storage(), state, onednn_layouts(w, rows))
+        _KEPT[w] = kept
+    return kept[2]
+
+
+def forget_onednn_layouts(*weights: Tensor) -> None:
+    """Drop the layouts :func:`kept_onednn_layouts` keeps for ``weights`` (training
+    changes them every update: keeping them would only hold memory)."""
+    for w in weights:
+        _KEPT.pop(w, None)
+
+
+def direction_matmuls(x: List[Tensor], w: List[Tensor], packed: List[Tensor]) -> List[Tensor]:
+    """``x[d] @ w[d]`` for every direction (a ``[D, ...]`` tensor or a list
+    of one matrix per direction each), one matrix each: ``mm``, or one oneDNN
+    matmul each on ``packed`` (:func:`onednn_layouts` of ``w``; at
+    ``[2048, 512] @ [512, 3072]`` on a 2-core AVX-512 CPU 32 ms against
+    ``mm``'s 40)."""
     if len(packed) == 0:
-        return torch.baddbmm(base, h, w).unbind(0)
-    return [torch.ops.mkldnn._linear_pointwise(h[d], base[d], packed[d], None, "add") for d in range(len(packed))]
+        return [torch.mm(x[d], w[d]) for d in range(len(x))]
+    return [torch.ops.mkldnn._linear_pointwise(x[d], packed[d], None, "none", [None], "") for d in range(len(x))]
 
 
 def recurrent_matmul(base: Tensor, h: Tensor, w: Tensor, packed: List[Tensor]) -> Tensor:
-    """:func:`recurrent_matmuls` as one ``[D, n, *]`` tensor."""
+    """``base + h @ w`` over ``[D, n, *]`` tensors: one ``baddbmm``, or with
+    :func:`onednn_weights` one oneDNN matmul per direction with the sum fused in."""
     if len(packed) == 0:
         return torch.baddbmm(base, h, w)
-    return torch.stack(recurrent_matmuls(base, h, w, packed))
+    return torch.stack([torch.ops.mkldnn._linear_pointwise(h[d], base[d], packed[d], None, "add")
+                        for d in range(len(packed))])
 
 
 def onednn_applies(w: Tensor) -> bool:

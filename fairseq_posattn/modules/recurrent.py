@@ -61,8 +61,11 @@ gates' cumsum and ``tanh(c)`` rather than storing them.  Without grad
 (``torch.no_grad``, or nothing requiring grad) nothing is kept: each step's
 gates overwrite its own pre-activations, one step of cell state exists.
 The matmuls bound the rest: 1.5x an LSTM's gate FLOPs plus the projection.
-On a CPU in float32 each step's gate arithmetic is one pass of a C++ cell
-instead (:mod:`.onlstm_cpp`, compiled on first use), forward and backward.
+On a CPU in float32 the whole loop runs in C++ instead (:mod:`.onlstm_cpp`,
+compiled on first use), forward and backward, each step's gate arithmetic
+one pass over its rows; there the input projection's backward is one oneDNN
+matmul per direction, and so is the forward's in inference, whose weight
+layouts are kept while the weights do not change.
 On a GPU the loop's many small kernels are bound by their launches
 instead: there (CUDA, Triton installed) each step is one matmul and one
 fused Triton kernel, forward and backward (:mod:`.onlstm_triton`).  All
@@ -83,7 +86,8 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from fairseq_posattn.modules import onlstm_cpp, onlstm_triton
 from fairseq_posattn.modules.packed_steps import (
-    forward_buffers, onednn_applies, onednn_weights, recurrent_matmul, recurrent_weight_grad, step_starts,
+    direction_matmuls, gate_buffers, onednn_applies, onednn_layouts, onednn_weights, recurrent_matmul,
+    recurrent_weight_grad, state_buffers, step_starts,
 )
 
 __all__ = ["KERNELS", "ONLSTM", "RecurrentLayer", "cumax", "reversal_index"]
@@ -146,7 +150,8 @@ def _onlstm_forward(
     num_dir = xs.size(0)
     n_chunk = hidden // chunk_size
     acc = torch.promote_types(xs.dtype, torch.float32)
-    xg, acts, cells, out = forward_buffers(xs, w_ih, bias, batch_sizes, hidden, save)
+    xg, acts = gate_buffers(xs, w_ih, bias, save)
+    cells, out = state_buffers(xs, batch_sizes, hidden, save)
     packed = onednn_weights(w_hh, batch_sizes) if onednn else []
     start = 0
     prev = 0  # first row of the previous step
@@ -272,7 +277,7 @@ def _onlstm_backward(
                 dc = torch.cat([dc, torch.zeros(num_dir, n_prev - n, hidden, dtype=acc, device=hs.device)], 1)
                 dh = torch.cat([dh, grad_hs[:, prev + n : prev + n_prev].to(acc)], 1)
             n = n_prev
-    return grad_xg, recurrent_weight_grad(hs, grad_xg, w_hh, batch_sizes)
+    return grad_xg, recurrent_weight_grad(hs, grad_xg.unbind(0), w_hh, batch_sizes)
 
 
 _onlstm_forward_eager = _onlstm_forward
@@ -286,12 +291,13 @@ except Exception:  # pragma: no cover - TorchScript unavailable: same maths, Pyt
 
 
 class _ONLSTMFunction(torch.autograd.Function):
-    """Input projection, recurrence (``kernel``: the scripted loop, or per step one fused Triton
-    kernel or one C++ pass), hand-written backward.
+    """Input projection, recurrence (``kernel``: the scripted loop, per step one fused Triton
+    kernel, or the C++ loop), hand-written backward.
 
     Owning the input projection lets the forward write the gates over it and
     the backward write the gate gradients over those: one ``[D, N, G]``
-    buffer for the whole layer.
+    buffer for the whole layer (one ``[N, G]`` per direction on the C++ loop,
+    whose input projection is one oneDNN matmul per direction).
     """
 
     @staticmethod
@@ -304,7 +310,8 @@ class _ONLSTMFunction(torch.autograd.Function):
         else:
             hs, acts, cells = _STEPS[kernel].onlstm_forward(*args)
         if save:
-            ctx.save_for_backward(xs, w_ih, w_hh, hs, acts, cells)
+            ctx.per_direction = isinstance(acts, list)  # the C++ loop's gates: one [N, G] per direction
+            ctx.save_for_backward(xs, w_ih, w_hh, hs, cells, *(acts if ctx.per_direction else [acts]))
             ctx.batch_sizes = batch_sizes
             ctx.hidden = hidden
             ctx.chunk_size = chunk_size
@@ -314,19 +321,23 @@ class _ONLSTMFunction(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_hs: Tensor):
-        xs, w_ih, w_hh, hs, acts, cells = ctx.saved_tensors
+        xs, w_ih, w_hh, hs, cells, *acts = ctx.saved_tensors
+        acts = acts if ctx.per_direction else acts[0]
         args = (grad_hs.contiguous(), w_hh, hs, acts, cells, ctx.batch_sizes, ctx.hidden, ctx.chunk_size)
         if ctx.kernel == "script":
             grad_xg, grad_w_hh = _onlstm_backward(*args, onednn_applies(w_hh))
         else:
             grad_xg, grad_w_hh = _STEPS[ctx.kernel].onlstm_backward(*args)
+        # grad_xg: one [N, G] per direction (or a [D, N, G] tensor, the same per direction)
         grad_xs = grad_w_ih = grad_bias = None
-        if ctx.needs_input_grad[0]:
-            grad_xs = torch.bmm(grad_xg, w_ih.transpose(1, 2))
+        if ctx.needs_input_grad[0]:  # on oneDNN's packed weights where they apply
+            w_t = w_ih.transpose(1, 2)
+            grad_xs = torch.stack(direction_matmuls(grad_xg, w_t, onednn_layouts(w_t, xs.size(1))
+                                                    if onednn_applies(w_ih) else []))
         if ctx.needs_input_grad[1]:
-            grad_w_ih = torch.bmm(xs.transpose(1, 2), grad_xg)
+            grad_w_ih = torch.stack(direction_matmuls(xs.transpose(1, 2), grad_xg, []))
         if ctx.needs_input_grad[2]:
-            grad_bias = grad_xg.sum(1, keepdim=True)
+            grad_bias = torch.stack([g.sum(0, keepdim=True) for g in grad_xg])
         return grad_xs, grad_w_ih, grad_bias, grad_w_hh, None, None, None, None, None
 
 
@@ -345,12 +356,11 @@ class ONLSTM(nn.Module):
 
     ``kernel`` picks the recurrence: ``"auto"`` (default) runs one fused
     Triton kernel per time step where :func:`.onlstm_triton.handles` says it
-    applies (CUDA, float32/16 or bfloat16, Triton installed), one pass of
-    the C++ cell per step where :func:`.onlstm_cpp.handles` does (CPU,
-    float32, the cell builds) and the TorchScript loop everywhere else
-    (float64, bfloat16 on the CPU); ``"script"`` always the loop;
+    applies (CUDA, float32/16 or bfloat16, Triton installed), the C++ loop
+    where :func:`.onlstm_cpp.handles` does (CPU, float32, the cell builds)
+    and the TorchScript loop everywhere else (float64, bfloat16 on the CPU); ``"script"`` always the loop;
     ``"triton"`` always the kernels (on the CPU only under Triton's
-    interpreter, for tests); ``"cpp"`` always the C++ cell.  All four
+    interpreter, for tests); ``"cpp"`` always the C++ loop.  All four
     compute the same equations.
 
     Equations (Shen et al. 2019), per direction::

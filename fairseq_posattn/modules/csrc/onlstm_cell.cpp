@@ -1,16 +1,21 @@
-// The ON-LSTM cell's element-wise work of one time step on the CPU, forward
-// and backward (Shen et al. 2019; the equations as numbered in Hao et al.
-// 2019, Eq. 3-9), one pass over each row instead of some twenty ATen kernels.
+// The ON-LSTM recurrence on the CPU (Shen et al. 2019; the equations as
+// numbered in Hao et al. 2019, Eq. 3-9): the loop over the time steps of a
+// layer, forward and backward, each step one recurrent matmul per direction
+// (oneDNN's packed weights, or addmm) and one pass over each row for the
+// element-wise work instead of some twenty ATen kernels.
 //
-// Every tensor is float32 [D, n, units], or a list of one [n, units] per
-// direction, with unit stride along the units (any other strides).  Gate units of a row, in order:
-// f, i, o, c_hat (hidden each), master forget, master input (n_chunk each;
-// master unit k covers units k*chunk .. k*chunk+chunk-1).  The Python side
-// (fairseq_posattn/modules/onlstm_cpp.py) adds the recurrent matmul and
-// loops over time steps.
+// Every tensor is float32 [D, rows, units], or a list of one [rows, units]
+// per direction, with unit stride along the units (any other strides).  Gate
+// units of a row, in order: f, i, o, c_hat (hidden each), master forget,
+// master input (n_chunk each; master unit k covers units k*chunk ..
+// k*chunk+chunk-1).  Rows are packed: time-major, step t over the
+// batch_sizes[t] sentences longer than t (fairseq_posattn/modules/onlstm_cpp.py
+// lays them out and projects the inputs).
 
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/addmm_ops.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -46,13 +51,16 @@ inline float sigmoid(float x) { return 1.0f / (1.0f + exp_(-x)); }
 
 inline float tanh_(float x) { return 2.0f * sigmoid(2.0f * x) - 1.0f; }
 
+// A tensor that holds something (the steps pass undefined tensors for "none").
+inline bool present(const at::Tensor& t) { return t.defined() && t.numel() > 0; }
+
 struct Rows {
   // the units of (direction d, row): of a [D, rows, units] tensor, or of the
   // d-th [rows, units] tensor of a list
   std::vector<float*> dirs;
   std::vector<int64_t> row_strides;
   explicit Rows(const at::Tensor& t) {
-    for (int64_t d = 0; d < (t.numel() ? t.size(0) : 0); ++d) {
+    for (int64_t d = 0; d < (present(t) ? t.size(0) : 0); ++d) {
       dirs.push_back(t.data_ptr<float>() + d * t.stride(0));
       row_strides.push_back(t.stride(1));
     }
@@ -121,16 +129,14 @@ void expand(const float* v, int64_t hidden, int64_t chunk, float* out) {
 // step of a few short rows stays on one thread, as ATen's own kernels would.
 inline int64_t grain(int64_t units) { return std::max<int64_t>(1, 32768 / units); }
 
-}  // namespace
-
 // One step forward.  z + bias: pre-activations (z one [n, G] per direction,
 // bias [D, 1, G]); c_prev: [D, n, hidden],
 // or empty at the first step (c = 0); writes c_new and h [D, n, hidden] and,
 // when act is not empty, the activated gates (sigmoid f, i, o; tanh c_hat; the
-// master softmax probabilities) to act [D, n, G], which may alias z;
+// master softmax probabilities) to act (one [n, G] per direction), which may alias z;
 // c_new may alias c_prev.
-void step_forward(std::vector<at::Tensor> z, at::Tensor bias, at::Tensor c_prev, at::Tensor act,
-                  at::Tensor c_new, at::Tensor h, int64_t chunk) {
+void step_forward(const std::vector<at::Tensor>& z, const at::Tensor& bias, const at::Tensor& c_prev,
+                  const std::vector<at::Tensor>& act, const at::Tensor& c_new, const at::Tensor& h, int64_t chunk) {
   const int64_t num_dir = c_new.size(0), n = c_new.size(1), g = bias.size(2), hidden = c_new.size(2);
   const int64_t n_chunk = hidden / chunk;
   TORCH_CHECK(g == 4 * hidden + 2 * n_chunk, "gates: expected ", 4 * hidden + 2 * n_chunk, " units, got ", g);
@@ -138,7 +144,7 @@ void step_forward(std::vector<at::Tensor> z, at::Tensor bias, at::Tensor c_prev,
   check(bias, "bias", num_dir, 1, g);
   check(c_new, "c_new", num_dir, n, hidden);
   check(h, "h", num_dir, n, hidden);
-  const bool has_prev = c_prev.numel() > 0, save = act.numel() > 0;
+  const bool has_prev = present(c_prev), save = !act.empty();
   if (has_prev) check(c_prev, "c_prev", num_dir, n, hidden);
   if (save) check(act, "act", num_dir, n, g);
   const Rows zs(z), bs(bias), cps(c_prev), as(act), cs(c_new), hs(h);
@@ -181,15 +187,17 @@ void step_forward(std::vector<at::Tensor> z, at::Tensor bias, at::Tensor c_prev,
 }
 
 // One step backward: the gradients w.r.t. the step's pre-activations.  act:
-// the activated gates [D, n, G]; c, c_prev: the step's cell states and the
+// the activated gates, one [n, G] per direction; c, c_prev: the step's cell states and the
 // previous step's (c_prev empty at the first step); dh = rec for rows below
 // rec's row count (rec: one [n_rec, hidden] per direction, or none; the later
 // step's recurrent gradient, upstream gradient included), else gh; dc [D, >= n, hidden] holds the later step's cell
 // gradient (zero for rows that end here) and gets dc * f_hat for the earlier
-// step; dg [D, n, G] gets the gate gradients (it may alias act).
-void step_backward(at::Tensor act, at::Tensor c_prev, at::Tensor c, at::Tensor gh,
-                   std::vector<at::Tensor> rec, at::Tensor dc, at::Tensor dg, int64_t chunk) {
-  const int64_t num_dir = act.size(0), n = act.size(1), g = act.size(2), hidden = c.size(2);
+// step; dg (one [n, G] per direction) gets the gate gradients (it may alias act).
+void step_backward(const std::vector<at::Tensor>& act, const at::Tensor& c_prev, const at::Tensor& c,
+                   const at::Tensor& gh, const std::vector<at::Tensor>& rec, const at::Tensor& dc,
+                   const std::vector<at::Tensor>& dg, int64_t chunk) {
+  TORCH_CHECK(!act.empty(), "act: expected one tensor per direction");
+  const int64_t num_dir = c.size(0), n = c.size(1), g = act[0].size(1), hidden = c.size(2);
   const int64_t n_chunk = hidden / chunk;
   TORCH_CHECK(g == 4 * hidden + 2 * n_chunk, "gates: expected ", 4 * hidden + 2 * n_chunk, " units, got ", g);
   check(act, "act", num_dir, n, g);
@@ -198,7 +206,7 @@ void step_backward(at::Tensor act, at::Tensor c_prev, at::Tensor c, at::Tensor g
   check(dg, "dg", num_dir, n, g);
   check(dc, "dc", num_dir, dc.size(1), hidden);
   TORCH_CHECK(dc.size(1) >= n, "dc: fewer rows than the step");
-  const bool has_prev = c_prev.numel() > 0;
+  const bool has_prev = present(c_prev);
   if (has_prev) check(c_prev, "c_prev", num_dir, n, hidden);
   const int64_t n_rec = rec.empty() ? 0 : rec[0].size(0);
   if (n_rec > 0) check(rec, "rec", num_dir, n_rec, hidden);
@@ -279,9 +287,102 @@ void step_backward(at::Tensor act, at::Tensor c_prev, at::Tensor c, at::Tensor g
   });
 }
 
-// torch.ops.fairseq_posattn_onlstm.step_forward / step_backward (they write
-// into their tensor arguments as documented above, and return nothing)
+// base[d] + h[d] @ w[d] for every direction: oneDNN's matmul on packed[d]
+// (the weight laid out by torch.ops.mkldnn._reorder_linear_weight) with the
+// sum fused in, or addmm on w [D, K, M] when packed is empty.
+std::vector<at::Tensor> recurrent_matmuls(const std::vector<at::Tensor>& base, const std::vector<at::Tensor>& h,
+                                          const at::Tensor& w, const std::vector<at::Tensor>& packed) {
+  static const auto linear = c10::Dispatcher::singleton()
+      .findSchemaOrThrow("mkldnn::_linear_pointwise", "binary")
+      .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                        c10::string_view)>();
+  std::vector<at::Tensor> out;
+  for (size_t d = 0; d < base.size(); ++d) {
+    out.push_back(packed.empty() ? at::_ops::addmm::call(base[d], h[d], w.select(0, static_cast<int64_t>(d)), 1, 1)
+                                 : linear.call(h[d], base[d], packed[d], std::nullopt, "add"));
+  }
+  return out;
+}
+
+// Steps of packed rows: each of at least one row, none longer than the one
+// before, total rows in all.
+void check_steps(const std::vector<int64_t>& batch_sizes, int64_t total, const char* name) {
+  int64_t sum = 0;
+  for (size_t t = 0; t < batch_sizes.size(); ++t) {
+    TORCH_CHECK(batch_sizes[t] > 0 && (t == 0 || batch_sizes[t] <= batch_sizes[t - 1]),
+                "batch_sizes: expected positive and non-increasing, got ", batch_sizes);
+    sum += batch_sizes[t];
+  }
+  TORCH_CHECK(sum == total, name, ": expected ", sum, " rows (the sum of batch_sizes), got ", total);
+}
+
+std::vector<at::Tensor> rows_of(const std::vector<at::Tensor>& ts, int64_t start, int64_t n) {
+  std::vector<at::Tensor> out;
+  for (const auto& t : ts) out.push_back(t.narrow(0, start, n));
+  return out;
+}
+
+std::vector<at::Tensor> unbind(const at::Tensor& t) {
+  std::vector<at::Tensor> out;
+  for (int64_t d = 0; d < t.size(0); ++d) out.push_back(t.select(0, d));
+  return out;
+}
+
+}  // namespace
+
+// The forward over all steps.  xg: the input projections, one [N, G] per
+// direction (the bias [D, 1, G] is added here); w_hh [D, hidden, G] and
+// packed (its oneDNN layouts, or none): the recurrent weights; out
+// [D, >= N, hidden] gets the hidden states.  To save for the backward, act
+// is one [N, G] per direction (it may be xg itself) and gets the activated
+// gates (sigmoid f, i, o; tanh c_hat; the master softmax probabilities),
+// and cells [D, N, hidden] every step's cell state; else act is empty and
+// cells [D, >= batch_sizes[0], hidden] holds one step's.
+void forward(const std::vector<at::Tensor>& xg, const at::Tensor& bias, const at::Tensor& w_hh,
+             const std::vector<at::Tensor>& packed, std::vector<int64_t> batch_sizes,
+             const std::vector<at::Tensor>& act, const at::Tensor& cells, const at::Tensor& out, int64_t chunk) {
+  TORCH_CHECK(!xg.empty(), "xg: expected one tensor per direction");
+  check_steps(batch_sizes, xg[0].size(0), "xg");
+  const bool save = !act.empty();
+  int64_t start = 0, prev = 0;  // the first rows of this step and of the previous one
+  for (size_t t = 0; t < batch_sizes.size(); ++t) {
+    const int64_t n = batch_sizes[t];
+    const auto rows = rows_of(xg, start, n);
+    const auto z = t == 0 ? rows : recurrent_matmuls(rows, unbind(out.narrow(1, prev, n)), w_hh, packed);
+    const at::Tensor c_new = cells.narrow(1, save ? start : 0, n);
+    const at::Tensor c_prev = t == 0 ? at::Tensor() : (save ? cells.narrow(1, prev, n) : c_new);
+    step_forward(z, bias, c_prev, save ? rows_of(act, start, n) : act, c_new, out.narrow(1, start, n), chunk);
+    prev = start;
+    start += n;
+  }
+}
+
+// The backward over all steps (back-propagation through time): the gate
+// gradients overwrite the gates act (one [N, G] per direction) step by
+// step.  grad_hs [D, >= N, hidden]: the gradient w.r.t. the hidden states;
+// w_t [D, G, hidden] and packed_t (its oneDNN layouts, or none): the
+// transposed recurrent weights; cells: every step's cell state; dc
+// [D, batch_sizes[0], hidden]: zeros, the cell gradient's buffer.
+void backward(const at::Tensor& grad_hs, const at::Tensor& w_t, const std::vector<at::Tensor>& packed_t,
+              const std::vector<at::Tensor>& act, const at::Tensor& cells, std::vector<int64_t> batch_sizes,
+              const at::Tensor& dc, int64_t chunk) {
+  TORCH_CHECK(!act.empty(), "act: expected one tensor per direction");
+  check_steps(batch_sizes, act[0].size(0), "act");
+  std::vector<int64_t> starts(batch_sizes.size(), 0);
+  for (size_t t = 1; t < batch_sizes.size(); ++t) starts[t] = starts[t - 1] + batch_sizes[t - 1];
+  std::vector<at::Tensor> rec;  // dh from the later step, upstream gradient included
+  for (int64_t t = static_cast<int64_t>(batch_sizes.size()) - 1; t >= 0; --t) {
+    const int64_t start = starts[t], n = batch_sizes[t];
+    const auto rows = rows_of(act, start, n);
+    const at::Tensor c_prev = t > 0 ? cells.narrow(1, starts[t - 1], n) : at::Tensor();
+    step_backward(rows, c_prev, cells.narrow(1, start, n), grad_hs.narrow(1, start, n), rec, dc, rows, chunk);
+    if (t > 0) rec = recurrent_matmuls(unbind(grad_hs.narrow(1, starts[t - 1], n)), rows, w_t, packed_t);
+  }
+}
+
+// torch.ops.fairseq_posattn_onlstm.forward / backward (they write into their
+// tensor arguments as documented above, and return nothing)
 TORCH_LIBRARY(fairseq_posattn_onlstm, m) {
-  m.def("step_forward", &step_forward);
-  m.def("step_backward", &step_backward);
+  m.def("forward", &forward);
+  m.def("backward", &backward);
 }
