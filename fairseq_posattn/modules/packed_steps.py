@@ -68,9 +68,8 @@ def recurrent_weight_grad(hs: Tensor, grad_xg: List[Tensor], w_hh: Tensor, batch
     ``h_{t-1}`` is the first ``batch_sizes[t]`` rows of step ``t - 1``, all
     of it without padding."""
     steps = len(batch_sizes)
-    grad = torch.zeros_like(w_hh)
     if steps < 2:
-        return grad
+        return torch.zeros_like(w_hh)
     first = batch_sizes[0]
     num_rows = grad_xg[0].size(0)
     if batch_sizes[steps - 1] == first:
@@ -78,6 +77,7 @@ def recurrent_weight_grad(hs: Tensor, grad_xg: List[Tensor], w_hh: Tensor, batch
     else:
         starts = step_starts(batch_sizes)
         h_prev = torch.cat([hs[:, starts[t - 1] : starts[t - 1] + batch_sizes[t]] for t in range(1, steps)], 1)
+    grad = torch.empty_like(w_hh)
     for d in range(len(grad_xg)):
         torch.mm(h_prev[d].t(), grad_xg[d][first:], out=grad[d])
     return grad

@@ -335,7 +335,9 @@ class _ONLSTMFunction(torch.autograd.Function):
             grad_xs = torch.stack(direction_matmuls(grad_xg, w_t, onednn_layouts(w_t, xs.size(1))
                                                     if onednn_applies(w_ih) else []))
         if ctx.needs_input_grad[1]:
-            grad_w_ih = torch.stack(direction_matmuls(xs.transpose(1, 2), grad_xg, []))
+            grad_w_ih = torch.empty_like(w_ih)
+            for d in range(len(grad_xg)):
+                torch.mm(xs[d].t(), grad_xg[d], out=grad_w_ih[d])
         if ctx.needs_input_grad[2]:
             grad_bias = torch.stack([g.sum(0, keepdim=True) for g in grad_xg])
         return grad_xs, grad_w_ih, grad_bias, grad_w_hh, None, None, None, None, None
