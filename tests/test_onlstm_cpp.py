@@ -126,8 +126,9 @@ def _reorders(fn):
 @pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN")
 def test_inference_keeps_the_weight_layouts_while_the_weights_do_not_change():
     """Inference lays each weight out once and keeps it; a weight written to in
-    place, or replaced, is laid out again (a stale layout would compute with the
-    old weights); a training forward drops what was kept."""
+    place (also through ``.data``, which autograd's version counter misses), or
+    replaced, is laid out again (a stale layout would compute with the old
+    weights); a training forward drops what was kept."""
     rnn = ONLSTM(D_MODEL, HIDDEN, kernel="cpp")
     x, lengths = _padded_batch([4, 3, 4], D_MODEL, dtype=torch.float32)
 
@@ -150,6 +151,11 @@ def test_inference_keeps_the_weight_layouts_while_the_weights_do_not_change():
     rnn.load_state_dict({k: v * 0.5 for k, v in rnn.state_dict().items()})
     assert torch.equal(infer(), fresh())
     rnn.weight_ih.data = rnn.weight_ih.data.clone().neg_()  # new storage, same parameter
+    assert torch.equal(infer(), fresh())
+    version = rnn.weight_hh._version
+    rnn.weight_hh.data.mul_(0.5)  # as fairseq's own optimizers write: no version bump
+    assert rnn.weight_hh._version == version
+    assert _reorders(infer) == 2
     assert torch.equal(infer(), fresh())
     assert rnn.weight_ih in packed_steps._KEPT and rnn.weight_hh in packed_steps._KEPT
     rnn(x, lengths).sum().backward()  # training: the weights are about to change

@@ -100,23 +100,22 @@ def onednn_layouts(w: Tensor, rows: int) -> List[Tensor]:
     return [torch.ops.mkldnn._reorder_linear_weight(w[d].t().contiguous(), rows) for d in range(w.size(0))]
 
 
-_KEPT = WeakIdKeyDictionary()  # weight -> (its storage, (its address, its version), its oneDNN layouts)
+_KEPT = WeakIdKeyDictionary()  # weight -> (a copy of the values laid out, their oneDNN layouts)
 
 
 def kept_onednn_layouts(w: Tensor, rows: int) -> List[Tensor]:
-    """:func:`onednn_layouts` of ``w``, laid out once per state of ``w`` and
-    kept with it until ``w`` is written to (its version counter moves), its
-    data is replaced (its address; the storage laid out is held with the
-    layouts, so no new one can take its address meanwhile), or it is freed:
-    inference reads the same weights call after call (at d = 512 the layout
-    costs about 2.5 ms per direction and weight, some 10 ms of a layer's
-    180).  :func:`forget_onednn_layouts` drops them."""
-    state = (w.data_ptr(), w._version)
+    """:func:`onednn_layouts` of ``w``, kept with ``w`` for as long as it holds
+    the same values: inference reads the same weights call after call, and
+    laying them out costs about 8 ms of a layer's 180 at d = 512.  Each call
+    compares ``w`` with a copy of the values laid out (about 1 ms per
+    weight), which also sees writes through ``w.data`` that autograd's version
+    counter does not.  Memory: a copy and a layout of ``w`` until ``w`` is
+    freed or :func:`forget_onednn_layouts` drops them."""
     kept = _KEPT.get(w)
-    if kept is None or kept[1] != state:
-        kept = (w.untyped_storage(), state, onednn_layouts(w, rows))
+    if kept is None or not torch.equal(kept[0], w):
+        kept = (w.detach().clone(), onednn_layouts(w, rows))
         _KEPT[w] = kept
-    return kept[2]
+    return kept[1]
 
 
 def forget_onednn_layouts(*weights: Tensor) -> None:
