@@ -16,7 +16,7 @@ from torch import Tensor
 from torch.utils.weak import WeakIdKeyDictionary
 
 __all__ = [
-    "direction_matmuls", "forget_onednn_layouts", "gate_buffers", "kept_onednn_layouts", "onednn_applies",
+    "direction_matmuls", "direction_weight_grads", "forget_onednn_layouts", "gate_buffers", "kept_onednn_layouts", "onednn_applies",
     "onednn_layouts", "onednn_weights", "recurrent_matmul", "recurrent_weight_grad",
     "state_buffers", "step_starts",
 ]
@@ -77,9 +77,15 @@ def recurrent_weight_grad(hs: Tensor, grad_xg: List[Tensor], w_hh: Tensor, batch
     else:
         starts = step_starts(batch_sizes)
         h_prev = torch.cat([hs[:, starts[t - 1] : starts[t - 1] + batch_sizes[t]] for t in range(1, steps)], 1)
-    grad = torch.empty_like(w_hh)
-    for d in range(len(grad_xg)):
-        torch.mm(h_prev[d].t(), grad_xg[d][first:], out=grad[d])
+    return direction_weight_grads(h_prev, [g[first:] for g in grad_xg], w_hh)
+
+
+def direction_weight_grads(x: Tensor, grad_out: List[Tensor], weight: Tensor) -> Tensor:
+    """The gradient of a per-direction product ``x[d] @ weight[d]``: ``x[d]^T @ grad_out[d]``
+    for every direction, one ``mm`` each written into one tensor shaped like ``weight``."""
+    grad = torch.empty_like(weight)
+    for d in range(len(grad_out)):
+        torch.mm(x[d].t(), grad_out[d], out=grad[d])
     return grad
 
 

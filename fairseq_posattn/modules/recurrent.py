@@ -86,8 +86,8 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from fairseq_posattn.modules import onlstm_cpp, onlstm_triton
 from fairseq_posattn.modules.packed_steps import (
-    direction_matmuls, gate_buffers, onednn_applies, onednn_layouts, onednn_weights, recurrent_matmul,
-    recurrent_weight_grad, state_buffers, step_starts,
+    direction_matmuls, direction_weight_grads, gate_buffers, onednn_applies, onednn_layouts, onednn_weights,
+    recurrent_matmul, recurrent_weight_grad, state_buffers, step_starts,
 )
 
 __all__ = ["KERNELS", "ONLSTM", "RecurrentLayer", "cumax", "reversal_index"]
@@ -335,9 +335,7 @@ class _ONLSTMFunction(torch.autograd.Function):
             grad_xs = torch.stack(direction_matmuls(grad_xg, w_t, onednn_layouts(w_t, xs.size(1))
                                                     if onednn_applies(w_ih) else []))
         if ctx.needs_input_grad[1]:
-            grad_w_ih = torch.empty_like(w_ih)
-            for d in range(len(grad_xg)):
-                torch.mm(xs[d].t(), grad_xg[d], out=grad_w_ih[d])
+            grad_w_ih = direction_weight_grads(xs, grad_xg, w_ih)
         if ctx.needs_input_grad[2]:
             grad_bias = torch.stack([g.sum(0, keepdim=True) for g in grad_xg])
         return grad_xs, grad_w_ih, grad_bias, grad_w_hh, None, None, None, None, None
@@ -360,8 +358,8 @@ class ONLSTM(nn.Module):
     Triton kernel per time step where :func:`.onlstm_triton.handles` says it
     applies (CUDA, float32/16 or bfloat16, Triton installed), the C++ loop
     where :func:`.onlstm_cpp.handles` does (CPU, float32, the cell builds)
-    and the TorchScript loop everywhere else (float64, bfloat16 on the CPU); ``"script"`` always the loop;
-    ``"triton"`` always the kernels (on the CPU only under Triton's
+    and the TorchScript loop everywhere else (float64, bfloat16 on the CPU);
+    ``"script"`` always the loop; ``"triton"`` always the kernels (on the CPU only under Triton's
     interpreter, for tests); ``"cpp"`` always the C++ loop.  All four
     compute the same equations.
 
