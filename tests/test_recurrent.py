@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from fairseq_posattn.modules import onlstm_cpp, onlstm_triton, recurrent
+from fairseq_posattn.modules import onlstm_cpp, onlstm_triton, packed_steps, recurrent
 from fairseq_posattn.modules.recurrent import ONLSTM, RecurrentLayer, _ONLSTMFunction, cumax, reversal_index
 
 D_MODEL = 6
@@ -192,13 +192,13 @@ def _matmul_calls(rnn, x, lengths, train=True):
 @needs_onednn
 @pytest.mark.filterwarnings("ignore:TF32 acceleration")  # set by mkldnn.flags
 @pytest.mark.parametrize("kernel", ["script", "cpp"])
-def test_float32_cpu_recurrence_takes_onednn(kernel):
+def test_float32_cpu_recurrence_takes_onednn(kernel, monkeypatch):
     """Every recurrent product of a float32 CPU layer is one oneDNN matmul per
     direction ((T - 1) steps forward and as many backward), on the scripted
     loop and the C++ cell alike, and so is the input projection's backward;
-    the C++ cell's input projection too.  float64 and
-    ``torch.backends.mkldnn.flags(enabled=False)`` keep ``baddbmm`` (``addmm``
-    per direction on the cell)."""
+    the C++ cell's input projection too.  float64,
+    ``torch.backends.mkldnn.flags(enabled=False)`` and a torch without the
+    packed-weight ops keep ``baddbmm`` (``addmm`` per direction on the cell)."""
     if kernel == "cpp" and onlstm_cpp.cell() is None:
         pytest.skip("the C++ cell is not built here")
     rnn = ONLSTM(D_MODEL, HIDDEN, kernel=kernel)
@@ -208,9 +208,11 @@ def test_float32_cpu_recurrence_takes_onednn(kernel):
     projections = 0 if loop else 2  # the cell's input projection: one per direction
     assert _matmul_calls(rnn, x.clone(), lengths) == (2 * 2 * steps + 2 + projections, int(loop), 0)
     assert _matmul_calls(rnn, x.clone(), lengths, train=False) == (2 * steps + projections, int(loop), 0)
+    expected = (0, 1 + 2 * steps, 0) if loop else (0, 0, 2 * 2 * steps)
     with torch.backends.mkldnn.flags(enabled=False):
-        expected = (0, 1 + 2 * steps, 0) if loop else (0, 0, 2 * 2 * steps)
         assert _matmul_calls(rnn, x.clone(), lengths) == expected
+    monkeypatch.setattr(packed_steps, "_ONEDNN_OPS", False)  # as on torch < 2.0
+    assert _matmul_calls(rnn, x.clone(), lengths) == expected
     if loop:
         assert _matmul_calls(rnn.double(), x.double(), lengths) == (0, 1 + 2 * steps, 0)
 

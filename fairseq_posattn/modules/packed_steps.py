@@ -151,8 +151,17 @@ def recurrent_matmul(base: Tensor, h: Tensor, w: Tensor, packed: List[Tensor]) -
                         for d in range(len(packed))])
 
 
+def _onednn_ops_exist() -> bool:
+    """torch has the packed-weight ops (``mkldnn::_reorder_linear_weight`` and
+    ``mkldnn::_linear_pointwise``; torch < 2.0 has neither)."""
+    return all(hasattr(torch.ops.mkldnn, op) for op in ("_reorder_linear_weight", "_linear_pointwise"))
+
+
+_ONEDNN_OPS = _onednn_ops_exist()
+
+
 def onednn_applies(w: Tensor) -> bool:
     """oneDNN's packed matmuls take the recurrence: float32 on a CPU, oneDNN built and enabled
-    (``torch.backends.mkldnn.flags(enabled=False)`` turns them off)."""
-    return (w.device.type == "cpu" and w.dtype == torch.float32
+    (``torch.backends.mkldnn.flags(enabled=False)`` turns them off), and a torch that has the ops."""
+    return (w.device.type == "cpu" and w.dtype == torch.float32 and _ONEDNN_OPS
             and torch.backends.mkldnn.is_available() and bool(torch.backends.mkldnn.enabled))
