@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 namespace {
@@ -74,23 +75,43 @@ struct Rows {
   float* operator()(int64_t d, int64_t row) const { return dirs[d] + row * row_strides[d]; }
 };
 
+// Error messages, built with std::to_string rather than by streaming numbers
+// into TORCH_CHECK: on one machine (torch 2.11+cu130, Ubuntu 24.04's g++ 13.3)
+// every integer streamed into a std::ostream inside this extension crashed it
+// (in std::ostream::_M_insert<long>), while strings streamed fine.
+void append(std::string& s, const char* part) { s += part; }
+void append(std::string& s, int64_t part) { s += std::to_string(part); }
+void append(std::string& s, c10::IntArrayRef part) {
+  s += '[';
+  for (size_t k = 0; k < part.size(); ++k) s += (k == 0 ? "" : ", ") + std::to_string(part[k]);
+  s += ']';
+}
+
+template <typename... Parts>
+std::string message(const Parts&... parts) {
+  std::string s;
+  (append(s, parts), ...);
+  return s;
+}
+
 void check_layout(const at::Tensor& t, const char* name) {
   TORCH_CHECK(t.scalar_type() == at::kFloat && t.device().is_cpu(), name, ": expected a float32 CPU tensor");
   TORCH_CHECK(t.stride(-1) == 1, name, ": units must be contiguous");
 }
 
 void check(const at::Tensor& t, const char* name, int64_t num_dir, int64_t n, int64_t units) {
-  TORCH_CHECK(t.dim() == 3 && t.size(0) == num_dir && t.size(1) == n && t.size(2) == units, name,
-              ": expected [", num_dir, ", ", n, ", ", units, "], got ", t.sizes());
+  TORCH_CHECK(t.dim() == 3 && t.size(0) == num_dir && t.size(1) == n && t.size(2) == units,
+              message(name, ": expected [", num_dir, ", ", n, ", ", units, "], got ", t.sizes()));
   check_layout(t, name);
 }
 
 // A list of one [n, units] tensor per direction.
 void check(const std::vector<at::Tensor>& ts, const char* name, int64_t num_dir, int64_t n, int64_t units) {
-  TORCH_CHECK(static_cast<int64_t>(ts.size()) == num_dir, name, ": expected ", num_dir, " tensors, got ", ts.size());
+  const auto given = static_cast<int64_t>(ts.size());
+  TORCH_CHECK(given == num_dir, message(name, ": expected ", num_dir, " tensors, got ", given));
   for (const auto& t : ts) {
-    TORCH_CHECK(t.dim() == 2 && t.size(0) == n && t.size(1) == units, name, ": expected [", n, ", ", units,
-                "] per direction, got ", t.sizes());
+    TORCH_CHECK(t.dim() == 2 && t.size(0) == n && t.size(1) == units,
+                message(name, ": expected [", n, ", ", units, "] per direction, got ", t.sizes()));
     check_layout(t, name);
   }
 }
@@ -139,7 +160,7 @@ void step_forward(const std::vector<at::Tensor>& z, const at::Tensor& bias, cons
                   const std::vector<at::Tensor>& act, const at::Tensor& c_new, const at::Tensor& h, int64_t chunk) {
   const int64_t num_dir = c_new.size(0), n = c_new.size(1), g = bias.size(2), hidden = c_new.size(2);
   const int64_t n_chunk = hidden / chunk;
-  TORCH_CHECK(g == 4 * hidden + 2 * n_chunk, "gates: expected ", 4 * hidden + 2 * n_chunk, " units, got ", g);
+  TORCH_CHECK(g == 4 * hidden + 2 * n_chunk, message("gates: expected ", 4 * hidden + 2 * n_chunk, " units, got ", g));
   check(z, "z", num_dir, n, g);
   check(bias, "bias", num_dir, 1, g);
   check(c_new, "c_new", num_dir, n, hidden);
@@ -199,7 +220,7 @@ void step_backward(const std::vector<at::Tensor>& act, const at::Tensor& c_prev,
   TORCH_CHECK(!act.empty(), "act: expected one tensor per direction");
   const int64_t num_dir = c.size(0), n = c.size(1), g = act[0].size(1), hidden = c.size(2);
   const int64_t n_chunk = hidden / chunk;
-  TORCH_CHECK(g == 4 * hidden + 2 * n_chunk, "gates: expected ", 4 * hidden + 2 * n_chunk, " units, got ", g);
+  TORCH_CHECK(g == 4 * hidden + 2 * n_chunk, message("gates: expected ", 4 * hidden + 2 * n_chunk, " units, got ", g));
   check(act, "act", num_dir, n, g);
   check(c, "c", num_dir, n, hidden);
   check(gh, "gh", num_dir, n, hidden);
@@ -310,10 +331,10 @@ void check_steps(const std::vector<int64_t>& batch_sizes, int64_t total, const c
   int64_t sum = 0;
   for (size_t t = 0; t < batch_sizes.size(); ++t) {
     TORCH_CHECK(batch_sizes[t] > 0 && (t == 0 || batch_sizes[t] <= batch_sizes[t - 1]),
-                "batch_sizes: expected positive and non-increasing, got ", batch_sizes);
+                message("batch_sizes: expected positive and non-increasing, got ", batch_sizes));
     sum += batch_sizes[t];
   }
-  TORCH_CHECK(sum == total, name, ": expected ", sum, " rows (the sum of batch_sizes), got ", total);
+  TORCH_CHECK(sum == total, message(name, ": expected ", sum, " rows (the sum of batch_sizes), got ", total));
 }
 
 std::vector<at::Tensor> rows_of(const std::vector<at::Tensor>& ts, int64_t start, int64_t n) {
