@@ -27,6 +27,8 @@ def test_every_row_builds_and_runs():
     assert by_label["posattn-off"]["params"] == stock["params"]
     for row in report["rows"]:
         assert row["train_ms"] > 0 and row["infer_ms"] > 0
+        # the encoder runs once per decoded batch (3 sentences), inside the decoding time
+        assert 0 < row["decode_encoder_ms"] < 1000 * 3 / row["decode_sent_per_s"]
     # the hybrids stack K = --layers recurrent layers under --layers SAN layers and
     # are compared with a stock encoder of the same depth
     deep = by_label["stock-deep"]

@@ -9,7 +9,9 @@ For each row, in one run and at one model size, it measures
   repetitions, so every row sees the same machine load);
 * time per inference batch: a no-grad forward in eval mode;
 * decoding speed: beam search (beam 4, a fixed number of steps) over the
-  batch, in sentences per second (trees given, parsing excluded);
+  batch, in sentences per second (trees given, parsing excluded), and the
+  milliseconds of it spent in the encoder (run once per batch; the rest is
+  the decoder's steps, the same in every row);
 * peak training memory: on CUDA ``max_memory_allocated``; on CPU, in a
   fresh process, parameters + optimizer state + the peak resident set of one
   update above what the process held just before it (glibc's mmap threshold
@@ -40,7 +42,7 @@ import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Dict, List, Sequence
+from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -197,14 +199,31 @@ class Runner:
         return time.perf_counter() - start
 
     @torch.no_grad()
-    def decode_step(self) -> float:
-        """Sentences per second of beam search with a fixed number of steps."""
+    def decode_step(self) -> Tuple[float, float]:
+        """Sentences per second of beam search with a fixed number of steps,
+        and the seconds of it spent in the encoder."""
         self.model.eval()
-        start = time.perf_counter()
-        net_input = {"src_tokens": self.src, "src_lengths": self.lengths, **self.trees}
-        self.generator.generate([self.model], {"net_input": net_input})
-        synchronize(self.device)
-        return self.src.size(0) / (time.perf_counter() - start)
+        encoder, in_encoder = self.model.encoder, []
+        forward = encoder.forward
+
+        def timed_forward(*args, **kwargs):  # fairseq's generator calls encoder.forward itself
+            synchronize(self.device)
+            begin = time.perf_counter()
+            out = forward(*args, **kwargs)
+            synchronize(self.device)
+            in_encoder.append(time.perf_counter() - begin)
+            return out
+
+        encoder.forward = timed_forward
+        try:
+            start = time.perf_counter()
+            net_input = {"src_tokens": self.src, "src_lengths": self.lengths, **self.trees}
+            self.generator.generate([self.model], {"net_input": net_input})
+            synchronize(self.device)
+            elapsed = time.perf_counter() - start
+        finally:
+            del encoder.forward
+        return self.src.size(0) / elapsed, sum(in_encoder)
 
 
 def _proc_status_bytes(key: str) -> int:
@@ -273,16 +292,19 @@ def measure_time(rows: List[BenchRow], settings, device):
     train = {label: [] for label in runners}
     infer = {label: [] for label in runners}
     decode = {label: [] for label in runners}
+    decode_encoder = {label: [] for label in runners}
     for _ in range(settings.repeats):
         for label, runner in runners.items():
             train[label].append(runner.train_step())
             infer[label].append(runner.infer_step())
-            decode[label].append(runner.decode_step())
+            speed, in_encoder = runner.decode_step()
+            decode[label].append(speed)
+            decode_encoder[label].append(in_encoder)
     params = {
         label: sum(p.numel() for p in runner.model.parameters())
         for label, runner in runners.items()
     }
-    return train, infer, decode, params
+    return train, infer, decode, decode_encoder, params
 
 
 def run(settings) -> dict:
@@ -299,9 +321,9 @@ def run(settings) -> dict:
             needed.add(label)
     needed.add("stock")
     rows = [row for row in ROWS if row.label in needed]
-    train_runs, infer_runs, decode_runs, params = measure_time(rows, settings, device)
-    train, infer, decode = ({label: statistics.median(v) for label, v in runs.items()}
-                            for runs in (train_runs, infer_runs, decode_runs))
+    train_runs, infer_runs, decode_runs, decode_encoder_runs, params = measure_time(rows, settings, device)
+    train, infer, decode, decode_encoder = ({label: statistics.median(v) for label, v in runs.items()}
+                                            for runs in (train_runs, infer_runs, decode_runs, decode_encoder_runs))
     peaks = measure_memory(rows, settings, device) if settings.memory else {}
 
     results = []
@@ -319,6 +341,7 @@ def run(settings) -> dict:
             "decode_sent_per_s": decode[row.label],
             "decode_ratio": decode[row.label] / decode[base],
             "decode_ratio_per_repeat": per_repeat_ratios(decode_runs[row.label], decode_runs[base]),
+            "decode_encoder_ms": 1000 * decode_encoder[row.label],
         }
         if row.label in peaks:
             entry["peak_mb"] = peaks[row.label]
@@ -335,7 +358,7 @@ def run(settings) -> dict:
 
 def format_table(report: dict) -> str:
     header = (f"{'row':<12} {'params':>11} {'train ms':>9} {'x base':>8} {'per repeat':>11} "
-              f"{'infer ms':>9} {'x base':>8} {'decode/s':>9} {'x base':>8} {'peak MB':>8} "
+              f"{'infer ms':>9} {'x base':>8} {'decode/s':>9} {'x base':>8} {'enc ms':>7} {'peak MB':>8} "
               f"{'x base':>8}  base")
     lines = [header, "-" * len(header)]
     for r in report["rows"]:
@@ -345,7 +368,7 @@ def format_table(report: dict) -> str:
             f"{r['label']:<12} {r['params']:>11,} {r['train_ms']:9.1f} {r['train_ratio']:8.2f} "
             f"{min(spread):5.2f}-{max(spread):5.2f} "
             f"{r['infer_ms']:9.1f} {r['infer_ratio']:8.2f} {r['decode_sent_per_s']:9.1f} "
-            f"{r['decode_ratio']:8.2f} {peak}  {r['baseline']}"
+            f"{r['decode_ratio']:8.2f} {r['decode_encoder_ms']:7.1f} {peak}  {r['baseline']}"
         )
     return "\n".join(lines)
 
