@@ -60,9 +60,12 @@ def test_profile_reports_the_parts_of_a_hybrid(capsys):
     report = bench.main(TINY + ["--profile", "onlstm-san"])
     for part in ("phase: forward", "phase: backward", "phase: optimizer",
                  "part: encoder recurrent layers", "part: encoder SAN layers", "part: decoder",
-                 "_ONLSTMFunctionBackward"):
+                 "_ONLSTMFunctionBackward", "encoder without gradients (as decoding runs it)",
+                 "fairseq_posattn_onlstm::forward"):
         assert part in report
     assert report in capsys.readouterr().out
+    # a row with trees: its encoder takes them in the no-grad passes too
+    assert "part: encoder SAN layers" in bench.main(TINY + ["--profile", "struct"]).split("encoder without")[1]
 
 
 def test_unknown_row_is_refused():

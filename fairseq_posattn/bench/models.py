@@ -405,8 +405,17 @@ class _PartTimer:
             handle.remove()
 
 
+def _costliest_operators(averages, per: float, total: float, count: int = 15) -> List[str]:
+    """The ``count`` operators of most self time, in ms per ``per`` and as a share of ``total``."""
+    operators = [e for e in averages if not e.key.startswith(("phase: ", "part: ", "ProfilerStep"))]
+    operators.sort(key=lambda e: -e.self_cpu_time_total)
+    return [f"  {e.key[:60]:<60} {e.self_cpu_time_total / 1000 / per:9.1f} ms  {e.self_cpu_time_total / total:6.1%}"
+            for e in operators[:count]]
+
+
 def profile_row(row: BenchRow, settings, device, updates: int = 3) -> str:
-    """Profile ``updates`` training updates of ``row``; return a report."""
+    """Profile ``updates`` training updates of ``row``, then as many no-grad
+    forward passes of its encoder (what decoding runs once per batch); return a report."""
     from torch.profiler import ProfilerActivity, profile, record_function
 
     torch.set_num_threads(settings.threads)
@@ -426,7 +435,6 @@ def profile_row(row: BenchRow, settings, device, updates: int = 3) -> str:
                 runner.optimizer.step()
                 runner.optimizer.zero_grad(set_to_none=True)
             synchronize(runner.device)
-    timer.remove()
     averages = prof.key_averages()
     ranges = {e.key: e.cpu_time_total for e in averages if e.key.startswith(("phase: ", "part: "))}
     total = sum(v for k, v in ranges.items() if k.startswith("phase: "))
@@ -442,11 +450,27 @@ def profile_row(row: BenchRow, settings, device, updates: int = 3) -> str:
         lines.append(f"  {e.key[len(prefix):][:60]:<60} {e.cpu_time_total / 1000 / updates:9.1f} ms  "
                      f"{e.cpu_time_total / total:6.1%}")
     lines.append("costliest operators (self time):")
-    operators = [e for e in averages if not e.key.startswith(("phase: ", "part: ", "ProfilerStep"))]
-    operators.sort(key=lambda e: -e.self_cpu_time_total)
-    for e in operators[:15]:
-        lines.append(f"  {e.key[:60]:<60} {e.self_cpu_time_total / 1000 / updates:9.1f} ms  "
-                     f"{e.self_cpu_time_total / total:6.1%}")
+    lines += _costliest_operators(averages, updates, total)
+
+    runner.model.eval()
+    with torch.no_grad():
+        runner.model.encoder(runner.src, runner.lengths, **runner.trees)  # warm-up: inference's own state
+        with profile(activities=activities) as prof:
+            for _ in range(updates):
+                with record_function("phase: encoder, no grad"):
+                    runner.model.encoder(runner.src, runner.lengths, **runner.trees)
+                synchronize(runner.device)
+    timer.remove()
+    averages = prof.key_averages()
+    ranges = {e.key: e.cpu_time_total for e in averages if e.key.startswith(("phase: ", "part: "))}
+    total = ranges["phase: encoder, no grad"]
+    lines.append(f"encoder without gradients (as decoding runs it), {updates} passes, "
+                 f"{total / 1000 / updates:.1f} ms per pass")
+    for key in sorted(ranges, key=lambda k: -ranges[k]):
+        if key.startswith("part: encoder"):
+            lines.append(f"  {key:<34} {ranges[key] / 1000 / updates:9.1f} ms  {ranges[key] / total:6.1%}")
+    lines.append("costliest operators (self time):")
+    lines += _costliest_operators(averages, updates, total, count=10)
     return "\n".join(lines)
 
 
