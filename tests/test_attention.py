@@ -320,6 +320,54 @@ def test_temperature_starts_at_one_and_is_identity():
     torch.testing.assert_close(with_temp(x)[0], plain(x)[0])
 
 
+def _saved_bytes(fn):
+    """Bytes of the distinct storages autograd saves for the backward of ``fn()``."""
+    storages = {}
+
+    def pack(t):
+        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return sum(storages.values())
+
+
+def test_temperature_scales_the_projection_weights_and_keeps_no_extra_activation():
+    """gamma on the projection's rows (the default) computes what gamma on its
+    output computes (the path fairseq's quant noise, a forward pre-hook on
+    the weights, needs), gradients included; and its backward keeps no more
+    than the stock attention's but the three scaled weights."""
+    cfg = PositionAttentionConfig(learnable_temperature=True)
+    torch.manual_seed(0)
+    on_weights = PositionAwareSelfAttention(EMBED, HEADS, **cfg.build_terms(EMBED, HEADS, 0)).double()
+    on_outputs = PositionAwareSelfAttention(EMBED, HEADS, q_noise=0.5, qn_block_size=4,
+                                            **cfg.build_terms(EMBED, HEADS, 0)).double().eval()
+    with torch.no_grad():
+        for p in on_weights.parameters():
+            p.normal_(0.0, 0.5)
+    on_outputs.load_state_dict(on_weights.state_dict())
+    on_weights.eval()
+    assert not on_weights.projections_have_hooks and on_outputs.projections_have_hooks
+    x = torch.randn(7, 2, EMBED, dtype=torch.float64)
+    mask = right_padding_mask([7, 4], 7)
+    outs = [attn(x, key_padding_mask=mask)[0] for attn in (on_weights, on_outputs)]
+    torch.testing.assert_close(outs[0], outs[1])
+    grads = [torch.autograd.grad(out.sum(), list(attn.parameters())) for out, attn in zip(outs, (on_weights, on_outputs))]
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b)
+
+    batch, length = 8, 32  # activations [T, B, C] much larger than a weight [C, C]
+    x = torch.randn(length, batch, EMBED)
+    torch.manual_seed(0)
+    plain = PositionAwareSelfAttention(EMBED, HEADS)
+    with_temperature = PositionAwareSelfAttention(EMBED, HEADS, **cfg.build_terms(EMBED, HEADS, 0))
+    extra = _saved_bytes(lambda: with_temperature(x)) - _saved_bytes(lambda: plain(x))
+    # the three scaled weights, the biases and gamma per unit; scaling the
+    # outputs instead keeps three unscaled projections, [T, B, C] each
+    assert 0 < extra <= 3 * (EMBED * EMBED + 2 * EMBED) * 4 < length * batch * EMBED * 4
+
+
 @pytest.mark.parametrize("name", ["conv1d", "conv2d"])
 def test_convolution_keeps_padded_keys_at_zero(name):
     attn = build(**OPTION_SETS[name]).eval()

@@ -96,6 +96,9 @@ class PositionAwareSelfAttention(nn.Module):
             self.temperature = nn.Parameter(torch.ones(3, num_heads))  # gamma_q, gamma_k, gamma_v
         else:
             self.temperature = None
+        # fairseq's quant noise rewrites a projection's weight in a forward pre-hook,
+        # so with it the projections must be called as modules
+        self.projections_have_hooks = q_noise > 0
         self.score_terms = nn.ModuleList(score_terms)
         self.probability_terms = nn.ModuleList(probability_terms)
         self.value_terms = nn.ModuleList(value_terms)
@@ -109,13 +112,17 @@ class PositionAwareSelfAttention(nn.Module):
 
     def _project(self, x: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
         length, batch, _ = x.shape
-        q, k, v = (
-            self._split_heads(proj(x), length, batch)
-            for proj in (self.q_proj, self.k_proj, self.v_proj)
-        )
-        if self.temperature is not None:
-            gamma = self.temperature.view(3, 1, self.num_heads, 1, 1)
-            q, k, v = q * gamma[0], k * gamma[1], v * gamma[2]
+        projections = (self.q_proj, self.k_proj, self.v_proj)
+        if self.temperature is None:
+            outputs = [proj(x) for proj in projections]
+        else:
+            gamma = self.temperature.repeat_interleave(self.head_dim, dim=1)  # [3, C]: per head, per unit
+            if self.projections_have_hooks:
+                outputs = [proj(x) * g for proj, g in zip(projections, gamma)]
+            else:  # gamma on the weight's rows: the same product, and backward keeps no unscaled output
+                outputs = [F.linear(x, proj.weight * g[:, None], None if proj.bias is None else proj.bias * g)
+                           for proj, g in zip(projections, gamma)]
+        q, k, v = (self._split_heads(out, length, batch) for out in outputs)
         return q, k, v
 
     def _score_bias(self, q: Tensor, x: Tensor, context: AttentionContext) -> Optional[Tensor]:
