@@ -405,6 +405,11 @@ class _PartTimer:
             handle.remove()
 
 
+def _ranges(averages) -> Dict[str, float]:
+    """Total time of each ``phase: ...`` and ``part: ...`` profiler range."""
+    return {e.key: e.cpu_time_total for e in averages if e.key.startswith(("phase: ", "part: "))}
+
+
 def _costliest_operators(averages, per: float, total: float, count: int = 15) -> List[str]:
     """The ``count`` operators of most self time, in ms per ``per`` and as a share of ``total``."""
     operators = [e for e in averages if not e.key.startswith(("phase: ", "part: ", "ProfilerStep"))]
@@ -436,7 +441,7 @@ def profile_row(row: BenchRow, settings, device, updates: int = 3) -> str:
                 runner.optimizer.zero_grad(set_to_none=True)
             synchronize(runner.device)
     averages = prof.key_averages()
-    ranges = {e.key: e.cpu_time_total for e in averages if e.key.startswith(("phase: ", "part: "))}
+    ranges = _ranges(averages)
     total = sum(v for k, v in ranges.items() if k.startswith("phase: "))
     lines = [f"profile of {row.label} ({row.arch}), {updates} updates, "
              f"{total / 1000 / updates:.1f} ms per update"]
@@ -462,7 +467,7 @@ def profile_row(row: BenchRow, settings, device, updates: int = 3) -> str:
                 synchronize(runner.device)
     timer.remove()
     averages = prof.key_averages()
-    ranges = {e.key: e.cpu_time_total for e in averages if e.key.startswith(("phase: ", "part: "))}
+    ranges = _ranges(averages)
     total = ranges["phase: encoder, no grad"]
     lines.append(f"encoder without gradients (as decoding runs it), {updates} passes, "
                  f"{total / 1000 / updates:.1f} ms per pass")

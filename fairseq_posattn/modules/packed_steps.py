@@ -151,13 +151,8 @@ def recurrent_matmul(base: Tensor, h: Tensor, w: Tensor, packed: List[Tensor]) -
                         for d in range(len(packed))])
 
 
-def _onednn_ops_exist() -> bool:
-    """torch has the packed-weight ops (``mkldnn::_reorder_linear_weight`` and
-    ``mkldnn::_linear_pointwise``; torch < 2.0 has neither)."""
-    return all(hasattr(torch.ops.mkldnn, op) for op in ("_reorder_linear_weight", "_linear_pointwise"))
-
-
-_ONEDNN_OPS = _onednn_ops_exist()
+# torch has the packed-weight ops (torch < 2.0 has neither)
+_ONEDNN_OPS = all(hasattr(torch.ops.mkldnn, op) for op in ("_reorder_linear_weight", "_linear_pointwise"))
 
 
 def onednn_applies(w: Tensor) -> bool:
