@@ -415,7 +415,7 @@ def test_pos_tagging_recipe(tmp_path):
     assert f"{work / 'UD_Toy-Tiny' / 'san' / 'seed1'} already holds a run with other settings" in proc.stderr
 
 
-@pytest.mark.parametrize("jobs, message", [(["A:1", "Z:1"], "unknown row 'Z' in job 'Z:1' (rows: A B C D E F W"),
+@pytest.mark.parametrize("jobs, message", [(["A:1", "Z:1"], "unknown row 'Z' in job 'Z:1' (rows: A B C D E F G H W, and X2"),
                                            (["A1"], "job 'A1' is not ROW:SEED"),
                                            (["F:2", "A:x"], "job 'A:x' is not ROW:SEED")])
 def test_ablation_refuses_unknown_jobs_before_running_anything(jobs, message, tmp_path):

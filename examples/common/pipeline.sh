@@ -18,7 +18,9 @@
 #   6 train_model         fairseq-train (GPUs: --fp16, all GPUs, update-freq
 #                         for BATCH_TOKENS per update; no GPU: --cpu); the run's
 #                         settings (commit, data, command) are recorded, and a
-#                         directory that holds a run of other settings is refused
+#                         directory that holds a run of other settings is refused;
+#                         PARAMS_LIKE="ARCH [ARGS]" refuses a model whose parameter
+#                         count misses that model's by more than PARAMS_TOLERANCE
 #   7 evaluate_model      checkpoint averaging, fairseq-generate (beam 4,
 #                         lenpen 0.6), sacreBLEU (+ tokenized compound-split BLEU),
 #                         a summary of the training log; EXPORT_DIR=D copies the
@@ -34,7 +36,8 @@
 #   data-bin/bpe32000/    binarized data, trees beside the source
 #   data-bin/bpe32000.$CONTROL_TREES-trees/   the same data with control trees
 #   checkpoints/bpe32000/$RUN/, results/bpe32000/$RUN/   RUN = $NAME.seed$SEED
-# Every step leaves a marker file; a re-run skips what is done, and a killed
+# CHECK_ONLY=1 prepares the data (stages up to 4), checks the model (its arch
+# and flags, PARAMS_LIKE) and stops. Every step leaves a marker file; a re-run skips what is done, and a killed
 # training resumes from its last checkpoint when rerun with the same settings.
 
 REPO="$(cd "$HERE/../.." && pwd)"
@@ -63,6 +66,7 @@ NPROC="$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)"
 : "${CONTROL_TREES=}" "${CONTROL_TREES_SEED:=1}"  # wrong trees for a control run (stage 5)
 # model and training (ARCH_ARGS come after MODEL_ARGS: a flag in both takes ARCH_ARGS' value)
 : "${ARCH:=transformer_struct}" "${ARCH_ARGS=}" "${MODEL_ARGS=}" "${TRAIN_ARGS=}"
+: "${PARAMS_LIKE=}" "${PARAMS_TOLERANCE:=0.02}" "${CHECK_ONLY:=0}"
 : "${MAX_TOKENS:=4096}" "${BATCH_TOKENS:=25000}" "${UPDATE_FREQ:=auto}"
 : "${LR:=auto}" "${WARMUP:=4000}" "${MAX_UPDATE:=auto}" "${MAX_EPOCH=}" "${TIME_LIMIT_HOURS=}"
 : "${SAVE_INTERVAL:=1000}" "${LOG_INTERVAL:=100}" "${SEED:=1}"
@@ -144,13 +148,15 @@ SUB="$WORK/$SUBWORD_TAG"
 BIN="$WORK/data-bin/$SUBWORD_TAG"
 TREES="$WORK/trees-$PARSER"
 # the experiment: NAME defaults to the arch, its extra flags and the control
-# trees; a run is one seed of it
+# trees, with NAME_SUFFIX after them; a run is one seed of it
+: "${NAME_SUFFIX=}"
 if [[ -z "${NAME:-}" ]]; then
     NAME="$ARCH"
     if [[ -n "$ARCH_ARGS" ]]; then
         NAME="${ARCH}_$(echo "$ARCH_ARGS" | tr -cs 'A-Za-z0-9.' '_' | sed 's/^_*//; s/_*$//')"
     fi
     if [[ -n "$CONTROL_TREES" ]]; then NAME="${NAME}_${CONTROL_TREES//-/_}_trees"; fi
+    NAME+="$NAME_SUFFIX"
 fi
 [[ "$SEED" =~ ^[0-9]+$ ]] || die "SEED must be a non-negative integer, not '$SEED'"
 RUN="$NAME.seed$SEED"
@@ -304,6 +310,36 @@ plan_arch() {
         die "CONTROL_TREES=$CONTROL_TREES: $ARCH reads no trees, so control trees change nothing"
     fi
     say "ARCH=$ARCH ${ARCH_ARGS:+(ARCH_ARGS: $ARCH_ARGS) }-> --task $TASK, $SIZE size, $NGPUS GPU(s); run $RUN"
+    if [[ -n "$PARAMS_LIKE" ]]; then check_parameter_match; fi
+}
+
+# total_parameters FLAGS...: fairseq-posattn-param-count's total for the
+# binarized data's dictionary and the recipe's embedding sharing
+total_parameters() {
+    local dict="$BIN/dict.$SRC.txt" share=(--share-all-embeddings) vocab
+    need_file "$dict" "binarize first (stage 4): the parameters are counted with its dictionary"
+    [[ "$JOINT_VOCAB" == 1 ]] || share=(--share-decoder-input-output-embed)
+    # the dictionary file holds every symbol but fairseq's 4 special ones
+    vocab=(--vocab $(( $(wc -l <"$dict") + 4 )))
+    if [[ "$JOINT_VOCAB" != 1 ]]; then vocab+=(--target-vocab $(( $(wc -l <"$BIN/dict.$TGT.txt") + 4 ))); fi
+    fairseq-posattn-param-count "${vocab[@]}" "${share[@]}" "$@" 2>/dev/null | awk '$1 == "total" {gsub(",", "", $2); print $2}'
+}
+
+# check_parameter_match: die unless this model's parameter count is within
+# PARAMS_TOLERANCE of the one of PARAMS_LIKE (an arch and its ARCH_ARGS, with
+# the same MODEL_ARGS), both counts printed
+check_parameter_match() {
+    local like model_flags mine theirs
+    read -r -a like <<<"$PARAMS_LIKE"
+    read -r -a model_flags <<<"$MODEL_ARGS"
+    mine="$(total_parameters --arch "$ARCH" "${ARCH_FLAGS[@]}")"
+    theirs="$(total_parameters --arch "${like[0]}" "${model_flags[@]}" "${like[@]:1}")"
+    [[ -n "$mine" && -n "$theirs" ]] || die "fairseq-posattn-param-count failed for $ARCH or PARAMS_LIKE='$PARAMS_LIKE'"
+    if awk -v a="$mine" -v b="$theirs" -v tol="$PARAMS_TOLERANCE" 'BEGIN { d = (a - b) / b; exit !(d <= tol && -d <= tol) }'; then
+        say "parameters: $mine for $ARCH ${ARCH_ARGS}, $theirs for $PARAMS_LIKE (within $PARAMS_TOLERANCE)"
+    else
+        die "the model has $mine parameters but PARAMS_LIKE='$PARAMS_LIKE' has $theirs: more than $PARAMS_TOLERANCE apart (fairseq-posattn-param-count, MODEL_ARGS='$MODEL_ARGS' ARCH_ARGS='$ARCH_ARGS'); change the flags until the counts match"
+    fi
 }
 
 # ---- 5. trees ---------------------------------------------------------------
@@ -523,7 +559,8 @@ run_common_stages() {
     if stage 2 "tokenize and clean"; then tokenize_and_clean; fi
     if stage 3 "subwords ($SUBWORD)"; then split_subwords; fi
     if stage 4 "binarize"; then binarize; fi
-    if (( TO_STAGE >= 5 && FROM_STAGE <= 8 )); then plan_arch; fi
+    if (( TO_STAGE >= 5 && FROM_STAGE <= 8 )) || [[ "$CHECK_ONLY" == 1 ]]; then plan_arch; fi
+    if [[ "$CHECK_ONLY" == 1 ]]; then say "CHECK_ONLY=1: the data and the model's settings are checked; nothing trained"; return; fi
     if stage 5 "dependency trees of the source"; then
         if [[ "$TASK" == translation_struct ]]; then add_trees; else say "$ARCH reads no trees: nothing to parse"; fi
     fi
