@@ -415,8 +415,34 @@ def test_pos_tagging_recipe(tmp_path):
     assert f"{work / 'UD_Toy-Tiny' / 'san' / 'seed1'} already holds a run with other settings" in proc.stderr
 
 
+def test_ablation_checks_the_parameter_matched_row_and_names_the_budget_rows(tmp_path):
+    """H is trained only when its parameter count is within 2% of E's (at the
+    recipe's model size it is); X2 is row X at 2000 updates, under a name of its own."""
+    data = multi30k_files(tmp_path / "multi30k", seed=3)
+    ablation = REPO / "examples" / "multi30k_en_de" / "ablation.sh"
+    env = {"DATA": str(data), "WORK": str(tmp_path / "work"), "EXPORT_DIR": str(tmp_path / "export"),
+           "BPE_MERGES": "100", "WORKERS": "1"}
+    proc = run(["bash", ablation, "--check", "H:1", "C2:1", "G:1"], env=env, timeout=300)
+    match = re.search(r"parameters: (\d+) for transformer .*--encoder-ffn-embed-dim 1920, "
+                      r"(\d+) for onlstm_san_transformer \(within 0.02\)", proc.stderr)
+    assert match and abs(int(match[1]) / int(match[2]) - 1) <= 0.02
+    assert "run transformer_struct_max_update_2000.seed1" in proc.stderr
+    assert "run onlstm_san_transformer_encoder_recurrent_cell_lstm.seed1" in proc.stderr
+    assert not (tmp_path / "work" / "checkpoints").exists()
+
+    # at another model size the widened FFN no longer matches: refused before anything trains
+    small = {**env, "MODEL_ARGS": TINY["MODEL_ARGS"]}
+    proc = run(["bash", ablation, "A:1", "H:1"], env=small, check=False, timeout=300)
+    assert proc.returncode != 0
+    refused = re.search(r"the model has (\d+) parameters but PARAMS_LIKE='onlstm_san_transformer' "
+                        r"has (\d+): more than 0.02 apart", proc.stderr)
+    assert refused and abs(int(refused[1]) / int(refused[2]) - 1) > 0.02
+    assert not (tmp_path / "work" / "checkpoints").exists()
+
+
 @pytest.mark.parametrize("jobs, message", [(["A:1", "Z:1"], "unknown row 'Z' in job 'Z:1' (rows: A B C D E F G H W, and X2"),
                                            (["A1"], "job 'A1' is not ROW:SEED"),
+                                           (["B2:1", "Q2:1"], "unknown row 'Q2' in job 'Q2:1'"),
                                            (["F:2", "A:x"], "job 'A:x' is not ROW:SEED")])
 def test_ablation_refuses_unknown_jobs_before_running_anything(jobs, message, tmp_path):
     proc = run(["bash", REPO / "examples" / "multi30k_en_de" / "ablation.sh", *jobs],

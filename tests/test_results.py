@@ -39,7 +39,7 @@ def table_rows(text):
         heading = re.fullmatch(r"\*\*(\S+)\*\*", line.strip())
         if heading:
             current = heading[1]
-        elif current and re.match(r"\| [A-Z] \| `", line):
+        elif current and re.match(r"\| [A-Z]2? \| `", line):
             cells = [c.strip() for c in line.strip("|").split("|")]
             scores = [None if c == "–" else float(c) for c in cells[4:-1]]
             rows[current, cells[0]] = (cells[1].strip("`"), scores)
