@@ -5,7 +5,7 @@
 #
 # 1. tests/test_cuda.py: every benchmark architecture on the GPU against the
 #    CPU (float32), in float16 and under fp16 autocast, the fused-kernel counts,
-#    the ON-LSTM recurrence, fairseq-train / fairseq-generate with --fp16;
+#    the ON-LSTM recurrence, fairseq-train / fairseq-generate with --fp16 and --bf16;
 #    tests/test_onlstm_triton.py: the ON-LSTM's fused Triton step against the
 #    TorchScript loop, compiled; tests/test_onlstm_cpp.py: the CPU's C++ cell
 #    built against this (CUDA) torch;

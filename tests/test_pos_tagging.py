@@ -363,7 +363,7 @@ def test_train_validate_and_score_from_conllu(treebank, tmp_path):
     ckpt = save / "checkpoint_best.pt"
     # everything the checkpoint pickles (task state included) is on the plugin's allow-list
     if hasattr(torch.serialization, "get_unsafe_globals_in_checkpoint"):
-        from fairseq_posattn.checkpoint_safety import fairseq_checkpoint_globals
+        from fairseq_posattn.compat.safe_loading import fairseq_checkpoint_globals
 
         allowed = {name for _, name in fairseq_checkpoint_globals()}
         assert set(torch.serialization.get_unsafe_globals_in_checkpoint(str(ckpt))) <= allowed

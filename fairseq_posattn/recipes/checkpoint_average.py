@@ -31,8 +31,6 @@ from typing import List, Optional, Sequence, Tuple
 
 import torch
 
-from fairseq_posattn.checkpoint_safety import allow_fairseq_checkpoint_globals
-
 _UPDATE_CHECKPOINT = re.compile(r"^checkpoint_(\d+)_(\d+)\.pt$")
 _EPOCH_CHECKPOINT = re.compile(r"^checkpoint(\d+)\.pt$")
 
@@ -55,7 +53,6 @@ def training_order(name: str) -> Optional[Tuple[int, float]]:
 
 def updates_of(path: str) -> int:
     """The number of updates after which fairseq saved the checkpoint ``path``."""
-    allow_fairseq_checkpoint_globals()
     try:
         state = torch.load(path, map_location="cpu", mmap=True)
         return int(state["optimizer_history"][-1]["num_updates"])
@@ -106,7 +103,6 @@ def average_model_states(states: Sequence[dict], names: Sequence[str]) -> "Order
 
 
 def average_checkpoints(paths: Sequence[str]) -> dict:
-    allow_fairseq_checkpoint_globals()
     states = [torch.load(p, map_location="cpu") for p in paths]
     result = states[-1]
     result["model"] = average_model_states(states, paths)

@@ -7,7 +7,7 @@ call ``torch.load`` without ``weights_only``, so ``fairseq-generate``,
 ``fairseq-interactive``, resuming ``fairseq-train`` and
 ``checkpoint_utils.load_model_ensemble`` fail on their own checkpoints.
 
-:func:`allow_fairseq_checkpoint_globals` (called when the plugin is imported)
+:func:`install` (called when the plugin is imported)
 allow-lists exactly the globals found in checkpoints written by
 ``fairseq-train`` of fairseq-fixed 0.12.3.1 (checked with
 ``torch.serialization.get_unsafe_globals_in_checkpoint`` on ``checkpointN.pt``,
@@ -69,7 +69,7 @@ import argparse
 from typing import Callable, List, Tuple, Union
 
 __all__ = [
-    "allow_fairseq_checkpoint_globals",
+    "install",
     "fairseq_checkpoint_globals",
     "broadcast_globals",
 ]
@@ -179,7 +179,7 @@ def _accepts_named_globals(add_safe_globals) -> bool:
     return param is not None and "tuple" in str(param.annotation).lower()
 
 
-def allow_fairseq_checkpoint_globals() -> List[str]:
+def install() -> List[str]:
     """Register the globals fairseq checkpoints need with ``torch.serialization``.
 
     Idempotent.  Returns the names registered (empty on torch < 2.4).

@@ -76,7 +76,7 @@ LOAD_ALL = textwrap.dedent("""
         except pickle.UnpicklingError as e:
             report["before"][p] = str(e)
     import fairseq_posattn
-    from fairseq_posattn.checkpoint_safety import fairseq_checkpoint_globals
+    from fairseq_posattn.compat.safe_loading import fairseq_checkpoint_globals
     report["allowed"] = [name for _, name in fairseq_checkpoint_globals()]
     for p in paths:
         state = torch.load(p)  # weights_only left at its default

@@ -35,7 +35,7 @@ import sys
 
 logger = logging.getLogger(__name__)
 
-PACKAGE_NAME = __name__.rsplit(".", 1)[0]  # "fairseq_posattn"
+PACKAGE_NAME = __name__.split(".", 1)[0]  # "fairseq_posattn"
 # A line that every copy of this plugin has in its __init__.py.
 PLUGIN_MARKER = '__fairseq_plugin__ = "fairseq_posattn"'
 

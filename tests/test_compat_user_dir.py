@@ -1,4 +1,4 @@
-"""--user-dir robustness (fairseq_posattn.user_dir_compat); each case in a fresh process."""
+"""--user-dir robustness (fairseq_posattn.compat.user_dir); each case in a fresh process."""
 
 import os
 import shutil
@@ -72,10 +72,15 @@ def test_copy_of_the_plugin_is_tolerated(tmp_path, first):
         import fairseq_posattn
         assert list(fairseq_posattn.__path__) == [sys.argv[1]], fairseq_posattn.__path__
         from fairseq import utils
+        try:  # fairseq's own function: the defect the repair handles
+            utils.import_user_module.__wrapped__(Namespace(user_dir=sys.argv[2]))
+        except ImportError as e:
+            print("UNREPAIRED", e)
         utils.import_user_module(Namespace(user_dir=sys.argv[2]))
         utils.import_user_module(Namespace(user_dir=sys.argv[2]))
         print("USED", fairseq_posattn.__path__[0])
         """), imported, requested, imported.parent)
+    assert "not globally unique" in proc.stdout.split("UNREPAIRED", 1)[1]
     assert "USED %s" % imported in proc.stdout
     warnings = [l for l in proc.stderr.splitlines() if l.startswith("WARNING")]
     assert len(warnings) == 1, proc.stderr  # memoised: warned once

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fairseq_posattn  # noqa: F401  (installs the fix)
-from fairseq_posattn.last_batch_fix import _drops_last_batch
+from fairseq_posattn.compat.last_batch import _drops_last_batch
 
 
 def test_the_installed_function_keeps_every_index():

@@ -1,0 +1,27 @@
+"""Repairs of fairseq 0.12 (and fairseq-fixed 0.12.3.1) and torch behaviour that
+would stop the plugin's commands, installed by :func:`install` when the plugin
+is imported.  Each module names the behaviour it repairs and the versions that
+have it, and leaves fairseq unchanged where the behaviour is absent:
+
+* :mod:`.safe_loading`: torch >= 2.6 loads with ``weights_only=True`` and
+  refuses fairseq's checkpoints; the globals they need are allow-listed;
+* :mod:`.user_dir`: ``--user-dir`` pointing at a second copy of the plugin
+  raises in fairseq's ``import_user_module``; the imported copy is kept;
+* :mod:`.last_batch`: fairseq-fixed's ``batch_by_size`` drops an epoch's last
+  batch; it is given back;
+* :mod:`.bf16`: ``--bf16`` implies ``--tpu`` in fairseq's argument parsing,
+  and fairseq-generate ignores it; the device is kept and decoding casts;
+* :mod:`.hydra`: ``TransformerConfig.from_namespace`` drops a hydra config's
+  plugin options; they are kept.
+"""
+
+from . import bf16, hydra, last_batch, safe_loading, user_dir
+
+
+def install() -> None:
+    """Install every repair (idempotent)."""
+    safe_loading.install()
+    user_dir.install()
+    last_batch.install()
+    bf16.install()
+    hydra.install()

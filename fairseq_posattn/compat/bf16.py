@@ -1,0 +1,125 @@
+"""``--bf16`` on GPUs and CPUs, as fairseq's help promises for TPUs only.
+
+fairseq 0.12 (``fairseq.options.parse_args_and_arch``, and fairseq-fixed
+0.12.3.1) turns ``--tpu`` on whenever ``--bf16`` or
+``--memory-efficient-bf16`` is given, so every command line with ``--bf16``
+stops in ``fairseq.utils.get_tpu_device`` on a machine without ``torch_xla``.
+The trainer itself handles bf16 on any device (it casts the model, the
+criterion and the floating-point inputs); only the implied TPU is wrong.
+Hydra configs are not affected: there ``common.tpu`` is what the config says.
+
+:func:`install` wraps ``fairseq.dataclass.utils.override_module_args``, the
+first step of ``convert_namespace_to_omegaconf``, which every fairseq command
+runs on its parsed namespace.  When the namespace has ``bf16`` and ``tpu`` but
+the command line did not ask for ``--tpu``, ``tpu`` is turned off; an explicit
+``--tpu`` is kept.  Where fairseq does not imply the TPU, nothing changes.
+
+``fairseq-generate`` and ``fairseq-interactive`` cast the models to fp16 for
+``--fp16`` but ignore ``--bf16``; the same install casts them to bfloat16 in
+``prepare_for_inference_`` when the decoding command asked for ``--bf16`` (a
+decoding command's config names its checkpoints, ``common_eval.path``; the
+training config that ``from_pretrained`` passes does not, and the hub keeps
+float32 as it does for fp16-trained models).
+"""
+
+import functools
+import logging
+import sys
+from typing import Optional, Sequence
+
+from .patching import wrap_once
+
+logger = logging.getLogger(__name__)
+
+# The arguments of the command line being parsed (None: sys.argv[1:]), recorded
+# by the wrapped parse_args_and_arch or found in the parse that imports the plugin.
+_parsed_args: dict = {}
+
+
+def asked_for_tpu(input_args: Optional[Sequence[str]]) -> bool:
+    args = sys.argv[1:] if input_args is None else input_args
+    return any(str(a) == "--tpu" or str(a).startswith("--tpu=") for a in args)
+
+
+def _record_parse_in_progress(parse_args_and_arch) -> None:
+    """The plugin is often imported by ``--user-dir`` from inside
+    ``parse_args_and_arch``: record that call's arguments."""
+    code = getattr(parse_args_and_arch, "__wrapped__", parse_args_and_arch).__code__
+    frame = sys._getframe()
+    while frame is not None:
+        if frame.f_code is code:
+            _parsed_args["input_args"] = frame.f_locals.get("input_args")
+            return
+        frame = frame.f_back
+
+
+def _keep_device(override_module_args):
+    @functools.wraps(override_module_args)
+    def wrapper(args):
+        if (
+            args is not None
+            and getattr(args, "bf16", False)
+            and getattr(args, "tpu", False)
+            and "input_args" in _parsed_args
+            and not asked_for_tpu(_parsed_args["input_args"])
+        ):
+            logger.info("--bf16 without --tpu: training on %s, not on a TPU (fairseq 0.12 "
+                        "implies --tpu; pass it explicitly for a TPU)",
+                        "the CPU" if getattr(args, "cpu", False) else "this machine's device")
+            args.tpu = False
+        return override_module_args(args)
+
+    return wrapper
+
+
+def _recording(parse_args_and_arch):
+    @functools.wraps(parse_args_and_arch)
+    def wrapper(parser, input_args=None, *args, **kwargs):
+        _parsed_args["input_args"] = input_args
+        return parse_args_and_arch(parser, input_args, *args, **kwargs)
+
+    return wrapper
+
+
+def _casting(prepare_for_inference_):
+    @functools.wraps(prepare_for_inference_)
+    def wrapper(self, cfg):
+        prepare_for_inference_(self, cfg)
+        common = getattr(cfg, "common", None)
+        decoding = getattr(getattr(cfg, "common_eval", None), "path", None) is not None
+        if decoding and getattr(common, "bf16", False) and not getattr(common, "fp16", False):
+            self.bfloat16()
+
+    return wrapper
+
+
+def _source(module_name: str) -> str:
+    import importlib.util
+
+    with open(importlib.util.find_spec(module_name).origin, encoding="utf-8") as f:
+        return f.read()
+
+
+def implies_tpu() -> bool:
+    """True if fairseq's argument parsing turns ``--tpu`` on for ``--bf16``."""
+    return "args.tpu = True" in _source("fairseq.options")
+
+
+def decoding_ignores_bf16() -> bool:
+    """True if ``fairseq-generate`` casts its models for ``--fp16`` only."""
+    return "bf16" not in _source("fairseq_cli.generate")
+
+
+def install() -> None:
+    """Keep the device for ``--bf16`` where fairseq implies the TPU, and decode
+    in bfloat16 where fairseq-generate ignores ``--bf16``; idempotent."""
+    from fairseq import options
+    from fairseq.dataclass import utils as dataclass_utils
+    from fairseq.models import BaseFairseqModel
+
+    if implies_tpu():
+        _record_parse_in_progress(options.parse_args_and_arch)
+        wrap_once(options, "parse_args_and_arch", _recording)
+        wrap_once(dataclass_utils, "override_module_args", _keep_device)
+    if decoding_ignores_bf16():
+        wrap_once(BaseFairseqModel, "prepare_for_inference_", _casting)
