@@ -348,7 +348,7 @@ def test_temperature_scales_the_projection_weights_and_keeps_no_extra_activation
             p.normal_(0.0, 0.5)
     on_outputs.load_state_dict(on_weights.state_dict())
     on_weights.eval()
-    assert not on_weights.projections_have_hooks and on_outputs.projections_have_hooks
+    assert on_weights.plain_projections and not on_outputs.plain_projections
     x = torch.randn(7, 2, EMBED, dtype=torch.float64)
     mask = right_padding_mask([7, 4], 7)
     outs = [attn(x, key_padding_mask=mask)[0] for attn in (on_weights, on_outputs)]

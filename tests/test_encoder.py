@@ -239,7 +239,7 @@ def test_base_architecture_is_base_sized():
 @pytest.mark.parametrize(
     "flags, message",
     [
-        (["--convolved-attention", "1d", "--interaction-max-len", "32"],
+        (["--convolved-attention", "1d", "--interaction-max-len", "32", "--max-source-positions", "1024"],
          r"--interaction-max-len 32 is smaller than --max-source-positions 1024"),
         (["--position-interactions", "P", "--interaction-max-len", "100", "--max-source-positions", "200"],
          r"--interaction-overflow clamp"),

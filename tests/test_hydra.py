@@ -101,8 +101,8 @@ def test_hydra_trains_the_model_that_fairseq_train_trains(config, data, override
     assert by_hydra.keys() == by_argparse.keys()
     for name in by_hydra:
         assert torch.equal(by_hydra[name], by_argparse[name]), name
-    if config == "positions":  # the override reached the encoder: Shaw's relative keys
-        assert any("relative" in name for name in by_hydra)
+    if config == "positions":  # the override reached the encoder: Shaw's relative values
+        assert any(".self_attn.value_terms." in name for name in by_hydra)
 
 
 def test_the_example_configs_list_every_encoder_option():

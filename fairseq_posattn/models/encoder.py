@@ -21,6 +21,7 @@ from torch import nn
 from ..modules.attention_config import PositionAttentionConfig
 from ..modules.attention_context import AttentionContext, gather_time, right_padding_order
 from ..modules.encoder_layer import PositionAwareEncoderLayer
+from ..modules.quant_noise import quant_noise_on
 from ..modules.recurrence_config import RecurrenceConfig
 from ..modules.recurrent import RecurrentLayer
 from ..modules.structural_positions import DepthEmbedding, PositionFusion
@@ -40,7 +41,9 @@ class PositionAwareEncoder(FairseqEncoder):
 
     With recurrent layers, position embeddings (if any) enter the
     self-attention stack: at the embedding when it comes first, at the
-    output of the recurrent stack when that comes first.
+    output of the recurrent stack when that comes first.  fairseq's per-layer
+    flags act on both kinds of layer: LayerDrop, activation checkpointing
+    and offloading, quant noise.
     """
 
     # the output dictionary has fairseq's layout, so fairseq's reordering applies
@@ -85,21 +88,12 @@ class PositionAwareEncoder(FairseqEncoder):
         else:
             self.quant_noise = None
 
-        if self.encoder_layerdrop > 0.0:
-            self.layers = LayerDropModuleList(p=self.encoder_layerdrop)
-        else:
-            self.layers = nn.ModuleList([])
+        self.layers = self._layer_list()
         self.layers.extend(self.build_encoder_layer(cfg, i) for i in range(cfg.encoder.layers))
         self.num_layers = len(self.layers)
-        self.recurrent_layers = nn.ModuleList(
-            RecurrentLayer(
-                embed_dim,
-                cell=recurrence_cfg.encoder_recurrent_cell,
-                hidden_dim=recurrence_cfg.hidden_dim(embed_dim),
-                bidirectional=not recurrence_cfg.encoder_recurrent_unidirectional,
-                chunk_size=recurrence_cfg.encoder_onlstm_chunk_size,
-                dropout=cfg.dropout,
-            )
+        self.recurrent_layers = self._layer_list()
+        self.recurrent_layers.extend(
+            self.build_recurrent_layer(cfg, recurrence_cfg)
             for _ in range(recurrence_cfg.encoder_recurrent_layers)
         )
         # position embeddings enter the self-attention stack (see the class doc)
@@ -125,12 +119,42 @@ class PositionAwareEncoder(FairseqEncoder):
             learned=cfg.encoder.learned_pos,
         )
 
-    def build_encoder_layer(self, cfg, layer_index: int):
-        layer = PositionAwareEncoderLayer(cfg, self.attention_cfg, layer_index)
-        checkpoint = cfg.checkpoint_activations
+    def _layer_list(self) -> nn.ModuleList:
+        """fairseq's LayerDrop (Fan et al. 2019), ``--encoder-layerdrop``: each
+        training forward skips each layer of the list with probability p."""
+        if self.encoder_layerdrop > 0.0:
+            return LayerDropModuleList(p=self.encoder_layerdrop)
+        return nn.ModuleList([])
+
+    @staticmethod
+    def _wrap_layer(cfg, layer: nn.Module) -> nn.Module:
+        """fairseq's wrapping of an encoder layer: ``--checkpoint-activations``
+        (``--offload-activations`` implies it, as in fairseq's ``build_model``)
+        recomputes the layer's activations in the backward, offloaded to the
+        CPU in between; FSDP wraps it under ``--ddp-backend fully_sharded``."""
+        checkpoint = cfg.checkpoint_activations or cfg.offload_activations
         if checkpoint:
             layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
         return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not checkpoint else 0)
+
+    def build_encoder_layer(self, cfg, layer_index: int):
+        return self._wrap_layer(cfg, PositionAwareEncoderLayer(cfg, self.attention_cfg, layer_index))
+
+    def build_recurrent_layer(self, cfg, recurrence_cfg: RecurrenceConfig):
+        """A recurrent layer with fairseq's per-layer options: quant noise on
+        its weight matrices (``--quant-noise-pq``, the blocks of fairseq's
+        ``quant_noise``), activation checkpointing and FSDP wrapping."""
+        embed_dim = cfg.encoder.embed_dim
+        layer = RecurrentLayer(
+            embed_dim,
+            cell=recurrence_cfg.encoder_recurrent_cell,
+            hidden_dim=recurrence_cfg.hidden_dim(embed_dim),
+            bidirectional=not recurrence_cfg.encoder_recurrent_unidirectional,
+            chunk_size=recurrence_cfg.encoder_onlstm_chunk_size,
+            dropout=cfg.dropout,
+        )
+        quant_noise_on(layer, layer.weight_matrices(), cfg.quant_noise.pq, cfg.quant_noise.pq_block_size)
+        return self._wrap_layer(cfg, layer)
 
     def position_vectors(self, src_tokens, depths=None):
         """Sequential and/or structural position embeddings ``[B, T, C']``, or None."""

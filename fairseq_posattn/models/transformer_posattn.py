@@ -22,19 +22,60 @@ from .encoder import PositionAwareEncoder
 
 
 def check_encoder_options(args) -> None:
-    """Refuse, at build time, encoder option combinations that cannot work."""
+    """Refuse, at build time, encoder option combinations that cannot work
+    and fairseq encoder flags that the encoder cannot honour."""
     attention_cfg = PositionAttentionConfig.from_namespace(args)
     attention_cfg.check(
         embed_dim=args.encoder_embed_dim,
         max_source_positions=getattr(args, "max_source_positions", None)
         or DEFAULT_MAX_SOURCE_POSITIONS,
         share_all_embeddings=getattr(args, "share_all_embeddings", False),
+        learned_pos=getattr(args, "encoder_learned_pos", False),
+        no_token_positional_embeddings=getattr(args, "no_token_positional_embeddings", False),
     )
+    block_size = quant_noise_block_size(args)
     RecurrenceConfig.from_namespace(args).check(
         embed_dim=args.encoder_embed_dim,
         attention_layers=args.encoder_layers,
         position_embedding=attention_cfg.encoder_position_embedding,
+        quant_noise_block_size=block_size,
+        quant_noise_scalar=getattr(args, "quant_noise_scalar", 0) or 0,
+        layers_to_keep=getattr(args, "encoder_layers_to_keep", None),
     )
+    check_attention_layer_flags(args, block_size)
+
+
+def quant_noise_block_size(args) -> int:
+    """``--quant-noise-pq-block-size`` when ``--quant-noise-pq`` is on, else 0."""
+    if (getattr(args, "quant_noise_pq", 0) or 0) > 0:
+        return getattr(args, "quant_noise_pq_block_size", 8)
+    return 0
+
+
+def check_attention_layer_flags(args, block_size: int) -> None:
+    """Refuse fairseq's flags for its own encoder layers that the
+    self-attention layers and the embedding cannot honour: xFormers
+    attention, and quant-noise blocks (``fairseq.modules.quant_noise``) that
+    do not divide a weight's input features (fairseq would stop on an
+    assertion that names no flag)."""
+    if getattr(args, "encoder_xformers_att_config", None):
+        raise ValueError(
+            "--encoder-xformers-att-config: the encoder's self-attention layers are "
+            "PositionAwareSelfAttention, which has no xFormers path (it runs PyTorch's "
+            "scaled_dot_product_attention where it can)"
+        )
+    widths = [("embedding's quant-noise layer and the self-attention layers (--encoder-embed-dim)",
+               args.encoder_embed_dim)]
+    if args.encoder_layers:
+        widths.append(("self-attention layers' second feed-forward layer (--encoder-ffn-embed-dim)",
+                       args.encoder_ffn_embed_dim))
+    for weights, width in widths:
+        if block_size and width % block_size:
+            raise ValueError(
+                f"--quant-noise-pq-block-size {block_size} does not divide the {width} input "
+                f"features of the {weights}: fairseq's quant noise drops blocks of that many "
+                f"input features"
+            )
 
 
 def check_every_parameter_gets_a_gradient(args) -> None:
@@ -137,7 +178,22 @@ def transformer_posattn(args):
     """Base size (d=512, 8 heads, ffn 2048, 6+6 layers), every option at its default."""
     PositionAttentionConfig.set_defaults(args)
     RecurrenceConfig.set_defaults(args)
+    fit_source_positions_to_tables(args)
     base_architecture(args)
+
+
+def fit_source_positions_to_tables(args) -> None:
+    """With P, R or conv1d tables of t positions (overflow ``error``), an
+    unset ``--max-source-positions`` is t instead of fairseq's 1024, which
+    the tables could not cover; a larger value given on the command line is
+    still refused (:meth:`PositionAttentionConfig.check`)."""
+    attention_cfg = PositionAttentionConfig.from_namespace(args)
+    if (
+        getattr(args, "max_source_positions", None) is None
+        and attention_cfg.uses_position_tables()
+        and attention_cfg.interaction_overflow == "error"
+    ):
+        args.max_source_positions = attention_cfg.interaction_max_len
 
 
 @register_model_architecture("transformer_posattn", "transformer_posattn_big")

@@ -96,9 +96,6 @@ class PositionAwareSelfAttention(nn.Module):
             self.temperature = nn.Parameter(torch.ones(3, num_heads))  # gamma_q, gamma_k, gamma_v
         else:
             self.temperature = None
-        # fairseq's quant noise rewrites a projection's weight in a forward pre-hook,
-        # so with it the projections must be called as modules
-        self.projections_have_hooks = q_noise > 0
         self.score_terms = nn.ModuleList(score_terms)
         self.probability_terms = nn.ModuleList(probability_terms)
         self.value_terms = nn.ModuleList(value_terms)
@@ -106,6 +103,17 @@ class PositionAwareSelfAttention(nn.Module):
         # True: every call returns its weights (as with need_weights), so that
         # forward hooks see them (fairseq_posattn.analysis.attention_maps)
         self.expose_weights = False
+
+    @property
+    def plain_projections(self) -> bool:
+        """Whether temperature may scale the q, k, v weights instead of the
+        projections' outputs.  Not with fairseq's quant noise, which rewrites
+        a weight in a forward pre-hook (``--quant-noise-pq``), nor with its
+        scalar quantization, which replaces the projections by ``IntLinear``
+        modules after the build (``--quant-noise-scalar``): those projections
+        must be called as modules."""
+        return all(type(proj) is nn.Linear and not (proj._forward_pre_hooks or proj._forward_hooks)
+                   for proj in (self.q_proj, self.k_proj, self.v_proj))
 
     def _split_heads(self, x: Tensor, length: int, batch: int) -> Tensor:
         return x.view(length, batch, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
@@ -117,11 +125,12 @@ class PositionAwareSelfAttention(nn.Module):
             outputs = [proj(x) for proj in projections]
         else:
             gamma = self.temperature.repeat_interleave(self.head_dim, dim=1)  # [3, C]: per head, per unit
-            if self.projections_have_hooks:
-                outputs = [proj(x) * g for proj, g in zip(projections, gamma)]
-            else:  # gamma on the weight's rows: the same product, and backward keeps no unscaled output
+            # gamma on the weight's rows: the same product, and backward keeps no unscaled output
+            if self.plain_projections:
                 outputs = [F.linear(x, proj.weight * g[:, None], None if proj.bias is None else proj.bias * g)
                            for proj, g in zip(projections, gamma)]
+            else:
+                outputs = [proj(x) * g for proj, g in zip(projections, gamma)]
         q, k, v = (self._split_heads(out, length, batch) for out in outputs)
         return q, k, v
 

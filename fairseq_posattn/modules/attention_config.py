@@ -168,8 +168,32 @@ class PositionAttentionConfig(EncoderOptions):
         embed_dim: int,
         max_source_positions: int,
         share_all_embeddings: bool,
+        learned_pos: bool = False,
+        no_token_positional_embeddings: bool = False,
     ) -> None:
-        """Refuse, at build time, combinations that cannot work; name the flags."""
+        """Refuse, at build time, combinations that cannot work; name the flags.
+
+        ``learned_pos`` and ``no_token_positional_embeddings`` are fairseq's
+        ``--encoder-learned-pos`` and ``--no-token-positional-embeddings``.
+        """
+        if learned_pos and no_token_positional_embeddings:
+            raise ValueError(
+                "--encoder-learned-pos makes the encoder's position embeddings learned, but "
+                "--no-token-positional-embeddings removes them: pass one of the two"
+            )
+        if learned_pos and self.encoder_position_embedding == "none":
+            raise ValueError(
+                "--encoder-learned-pos makes the encoder's position embeddings learned, but it "
+                "has none (--encoder-position-embedding none, as in transformer_posattn_p, _r, "
+                "_pr and the hybrids whose recurrent layers come first): drop the flag, or add "
+                "learned positions with --encoder-position-embedding add"
+            )
+        if no_token_positional_embeddings and self.encoder_position_embedding == "concat":
+            raise ValueError(
+                "--no-token-positional-embeddings would remove the position embeddings that "
+                "--encoder-position-embedding concat appends to the narrowed token embeddings: "
+                "use --encoder-position-embedding none instead"
+            )
         if self.encoder_position_embedding == "concat":
             width = self.position_concat_dim(embed_dim)
             if not 0 < width < embed_dim:

@@ -1,6 +1,8 @@
 """fairseq's Transformer encoder layer around :class:`PositionAwareSelfAttention`."""
 
+from fairseq.modules.quant_noise import quant_noise
 from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
+from torch import nn
 
 from .attention import PositionAwareSelfAttention
 from .attention_config import PositionAttentionConfig
@@ -19,8 +21,11 @@ class PositionAwareEncoderLayer(TransformerEncoderLayerBase):
         super().__init__(cfg)
 
     def build_self_attention(self, embed_dim, cfg):
+        """The attention with its position terms; fairseq's quant noise
+        (``--quant-noise-pq``) on its projections and on the terms' own
+        (Bilan & Roth's query projection ``W^r``)."""
         heads = cfg.encoder.attention_heads
-        return PositionAwareSelfAttention(
+        attention = PositionAwareSelfAttention(
             embed_dim,
             heads,
             dropout=cfg.attention_dropout,
@@ -28,6 +33,10 @@ class PositionAwareEncoderLayer(TransformerEncoderLayerBase):
             qn_block_size=self.quant_noise_block_size,
             **self.attention_cfg.build_terms(embed_dim, heads, self.layer_index),
         )
+        for module in attention.score_terms.modules():
+            if isinstance(module, nn.Linear):
+                quant_noise(module, self.quant_noise, self.quant_noise_block_size)
+        return attention
 
     def forward(self, x, encoder_padding_mask, context):
         """``x``: ``[T, B, C]``; ``encoder_padding_mask``: ``[B, T]`` or None."""

@@ -57,8 +57,21 @@ class RecurrenceConfig(EncoderOptions):
     def hidden_dim(self, embed_dim: int) -> int:
         return self.encoder_recurrent_hidden_dim or embed_dim
 
-    def check(self, embed_dim: int, attention_layers: int, position_embedding: str) -> None:
-        """Refuse, at build time, combinations that cannot work; name the flags."""
+    def check(
+        self,
+        embed_dim: int,
+        attention_layers: int,
+        position_embedding: str,
+        quant_noise_block_size: int = 0,
+        quant_noise_scalar: float = 0.0,
+        layers_to_keep: Optional[str] = None,
+    ) -> None:
+        """Refuse, at build time, combinations that cannot work; name the flags.
+
+        The last three are fairseq's flags as they reach the recurrent layers:
+        ``--quant-noise-pq-block-size`` when ``--quant-noise-pq`` is on (0:
+        off), ``--quant-noise-scalar`` and ``--encoder-layers-to-keep``.
+        """
         layers = self.encoder_recurrent_layers
         if layers < 0:
             raise ValueError(f"--encoder-recurrent-layers must be >= 0, got {layers}")
@@ -84,6 +97,37 @@ class RecurrenceConfig(EncoderOptions):
                 "with recurrent layers first, position embeddings are added to the "
                 "self-attention input: --encoder-position-embedding concat cannot widen it"
             )
+        if layers:
+            self._check_fairseq_flags(embed_dim, quant_noise_block_size, quant_noise_scalar,
+                                      layers_to_keep)
+
+    def _check_fairseq_flags(self, embed_dim, quant_noise_block_size, quant_noise_scalar,
+                             layers_to_keep) -> None:
+        """fairseq's per-layer flags that cannot act on the recurrent layers."""
+        cells = "the %s layers" % {"onlstm": "ON-LSTM", "lstm": "LSTM"}[self.encoder_recurrent_cell]
+        if layers_to_keep:
+            raise ValueError(
+                f"--encoder-layers-to-keep prunes the self-attention layers only (fairseq "
+                f"prunes encoder.layers.N); {cells} (--encoder-recurrent-layers "
+                f"{self.encoder_recurrent_layers}) cannot be pruned"
+            )
+        if quant_noise_scalar > 0:
+            raise ValueError(
+                f"--quant-noise-scalar: fairseq's scalar quantization replaces nn.Linear, "
+                f"nn.Embedding and nn.Conv2d modules, so the recurrent weights of {cells} "
+                f"would stay unquantized; use --quant-noise-pq"
+            )
+        # the output projection's D * hidden input features follow from the hidden size's
+        for weights, width in (
+            ("input weights (--encoder-embed-dim)", embed_dim),
+            ("recurrent weights (--encoder-recurrent-hidden-dim)", self.hidden_dim(embed_dim)),
+        ):
+            if quant_noise_block_size and width % quant_noise_block_size:
+                raise ValueError(
+                    f"--quant-noise-pq-block-size {quant_noise_block_size} does not divide the "
+                    f"{width} input features of the {weights} of {cells}: fairseq's quant "
+                    f"noise drops blocks of that many input features"
+                )
 
     @property
     def recurrent_first(self) -> bool:

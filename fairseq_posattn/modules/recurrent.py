@@ -493,6 +493,13 @@ class RecurrentLayer(nn.Module):
         nn.init.constant_(self.proj.bias, 0.0)
         self.dropout = nn.Dropout(dropout)
 
+    def weight_matrices(self) -> List[str]:
+        """Names of the layer's weight matrices, each with its input features
+        on axis 1: the cell's input and recurrent weights (ON-LSTM ``[D, in, G]``,
+        ``nn.LSTM`` ``[4h, in]`` per direction) and the projection ``[d, D*h]``."""
+        return [name for name, _ in self.named_parameters()
+                if name.startswith("rnn.weight") or name == "proj.weight"]
+
     def forward(self, x: Tensor, lengths: Tensor) -> Tensor:
         """x: [T, B, C] RIGHT-padded (sentence b's tokens at positions 0..lengths[b]-1);
         returns [T, B, C] with pad positions = 0."""
