@@ -8,7 +8,8 @@
 #    the ON-LSTM recurrence, fairseq-train / fairseq-generate with --fp16 and --bf16;
 #    tests/test_onlstm_triton.py: the ON-LSTM's fused Triton step against the
 #    TorchScript loop, compiled; tests/test_onlstm_cpp.py: the CPU's C++ cell
-#    built against this (CUDA) torch;
+#    built against this (CUDA) torch; tests/test_standard_flags.py -k cuda:
+#    activation checkpointing, offloading and quant noise on the recurrent layers;
 # 2. fairseq-posattn-bench --device cuda, --fp16 and float32 (every row);
 # 3. fairseq-posattn-bench-recurrent --device cuda (ON-LSTM layer, fused step and loop, against cuDNN's LSTM).
 #
@@ -33,7 +34,10 @@ print(torch.cuda.get_device_name(), "| torch", torch.__version__, "| CUDA", torc
       "| fairseq", fairseq.__version__)
 PY
 status=0  # a failing test does not stop the benchmarks; the script's exit status reports it
-"$PYTHON" -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_onlstm_triton.py tests/test_onlstm_cpp.py 2>&1 | tee "$OUT/test_cuda.log" || status=1
+"$PYTHON" -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_onlstm_triton.py tests/test_onlstm_cpp.py \
+    "tests/test_standard_flags.py::test_activation_checkpointing_gives_the_same_gradients" \
+    "tests/test_standard_flags.py::test_quant_noise_changes_recurrent_outputs_in_training_only" \
+    2>&1 | tee "$OUT/test_cuda.log" || status=1
 for precision in fp16 fp32; do  # fp16 first: what a GPU user trains with
     flags=(--device cuda --repeats 20 --json "$OUT/bench_cuda_$precision.json")
     [[ "$precision" == fp16 ]] && flags+=(--fp16)

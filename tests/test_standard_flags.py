@@ -238,18 +238,24 @@ def test_layerdrop_drops_recurrent_layers_in_training_only():
     assert layers_run(True, 0) == trained[0]  # the seed decides
 
 
+# the GPU cases run in scripts/gpu_check.sh (-k cuda)
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA device"))]
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("cell", ["onlstm", "lstm"])
-def test_activation_checkpointing_gives_the_same_gradients(cell):
+def test_activation_checkpointing_gives_the_same_gradients(cell, device):
     """--checkpoint-activations and --offload-activations recompute every layer
     in the backward (dropout's masks included): the same loss, the same gradients."""
-    tokens = torch.randint(4, VOCAB, (3, 7))
+    tokens = torch.randint(4, VOCAB, (3, 7), device=device)
     tokens[1, :2] = 1  # left padding
     lengths = tokens.ne(1).sum(1)
     results = []
     for flags in ([], ["--checkpoint-activations"], ["--offload-activations"]):
         torch.manual_seed(0)
         _, model = build("onlstm_san_transformer", ["--encoder-recurrent-cell", cell, "--dropout", "0.2", *flags])
-        model.train()
+        model.to(device).train()
         torch.manual_seed(1)
         loss = model(tokens, lengths, tokens)[0].sum()
         loss.backward()
@@ -261,14 +267,15 @@ def test_activation_checkpointing_gives_the_same_gradients(cell):
             torch.testing.assert_close(grad, results[0][1][name], msg=name)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("cell", ["onlstm", "lstm"])
-def test_quant_noise_changes_recurrent_outputs_in_training_only(cell):
+def test_quant_noise_changes_recurrent_outputs_in_training_only(cell, device):
     """--quant-noise-pq in a recurrent layer: no change in evaluation, noise in training."""
-    x = torch.randn(5, 2, 16)
+    x = torch.randn(5, 2, 16, device=device)
     lengths = torch.tensor([5, 3])
     plain, noised = (build("transformer_lstm6", ["--encoder-recurrent-cell", cell, "--dropout", "0",
                                                  "--quant-noise-pq", noise])[1].encoder.recurrent_layers[0]
-                     for noise in ("0", "0.5"))
+                     .to(device) for noise in ("0", "0.5"))
     noised.load_state_dict(plain.state_dict())
     with torch.no_grad():
         torch.testing.assert_close(noised.eval()(x, lengths), plain.eval()(x, lengths))
