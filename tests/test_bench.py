@@ -60,7 +60,7 @@ def test_profile_reports_the_parts_of_a_hybrid(capsys):
     report = bench.main(TINY + ["--profile", "onlstm-san"])
     for part in ("phase: forward", "phase: backward", "phase: optimizer",
                  "part: encoder recurrent layers", "part: encoder SAN layers", "part: decoder",
-                 "_ONLSTMFunctionBackward", "encoder without gradients (as decoding runs it)",
+                 "_FastONLSTMBackward", "encoder without gradients (as decoding runs it)",
                  "fairseq_posattn_onlstm::forward"):
         assert part in report
     assert report in capsys.readouterr().out

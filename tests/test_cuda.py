@@ -1,8 +1,7 @@
 """The CUDA paths: every architecture of the benchmark computes on a GPU what it
 computes on the CPU (float32, TF32 off: loss, every gradient, the no-grad
 forward), runs finite in float16 and under fp16 autocast, and takes the fused
-kernel in the same layers; the ON-LSTM recurrence and its hand-written
-backward agree with the CPU in float64; fairseq-train and fairseq-generate
+kernel in the same layers; the ON-LSTM's definition agrees with the CPU in float64; fairseq-train and fairseq-generate
 run with ``--fp16``.  Skipped without a CUDA device (``scripts/gpu_check.sh``
 runs this module and the benchmark on a GPU)."""
 
@@ -11,11 +10,11 @@ import torch
 import torch.nn.functional as F
 from conftest import TINY_MODEL_ARGS, USER_DIR, load_record, recorded_train_command, run, run_cli
 from test_attention import FUSED_LAYERS, count_fused_layers
-from test_recurrent import HIDDEN, _packed_inputs
+from test_recurrent import HIDDEN
 
 from fairseq_posattn.bench import models as bench
 from fairseq_posattn.models.from_flags import stand_in_dictionary
-from fairseq_posattn.modules import recurrent
+from fairseq_posattn.modules.recurrent import ONLSTM
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -104,19 +103,22 @@ def test_cuda_takes_the_fused_kernel_where_the_cpu_does(flags):
     assert count_fused_layers(flags, CUDA) == FUSED_LAYERS[flags]
 
 
-@pytest.mark.parametrize("num_dir", [1, 2])
-def test_onlstm_recurrence_on_cuda_equals_cpu(num_dir):
-    """The scripted forward and the hand-written backward, float64, sentences
-    ending early."""
-    batch_sizes = [3, 3, 2, 1]
-    inputs = _packed_inputs(num_dir, batch_sizes, 2)
+@pytest.mark.parametrize("bidirectional", [True, False])
+def test_onlstm_reference_on_cuda_equals_cpu(bidirectional):
+    """The ON-LSTM's definition in float64, sentences ending early: the same
+    output and gradients on the GPU as on the CPU (the fast path against it:
+    test_onlstm_triton.py)."""
+    torch.manual_seed(0)
+    rnn = ONLSTM(6, HIDDEN, bidirectional=bidirectional, chunk_size=2, kernel="reference").double()
+    x = torch.randn(5, 3, 6, dtype=torch.float64)
+    lengths = torch.tensor([5, 3, 1])
     results = []
     for device in ("cpu", CUDA):
-        args = [t.to(device) for t in inputs]
-        hs, acts, cells = recurrent._onlstm_forward(*args, batch_sizes, HIDDEN, 2, True)
-        grad = torch.ones_like(hs)
-        grads = recurrent._onlstm_backward(grad, args[3], hs, acts, cells, batch_sizes, HIDDEN, 2)
-        results.append([t.cpu() for t in (hs, *grads)])
+        rnn.to(device).zero_grad()
+        xi = x.to(device).requires_grad_()
+        y = rnn(xi, lengths)
+        y.sum().backward()
+        results.append([t.cpu() for t in (y, xi.grad, *[p.grad for p in rnn.parameters()])])
     for cpu, gpu in zip(*results):
         torch.testing.assert_close(gpu, cpu, atol=1e-10, rtol=1e-9)
 

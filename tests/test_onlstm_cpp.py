@@ -1,77 +1,59 @@
-"""The ON-LSTM's C++ cell (the CPU's float32 step) against the scripted loop and the float64 reference.
-
-The scripted loop it is compared with is itself tested against the
-plain-loop reference and finite differences, and so is the whole layer on
-the cell (test_recurrent.py).  The cell
-is built on first use; set ``FAIRSEQ_POSATTN_NO_CPP_CELL=1`` to skip this
+"""The ON-LSTM's C++ cell (the CPU's float32 path): built ahead of time and
+found again, or named as missing; its argument checks; inference's kept
+weight layouts.  Its values and gradients against the reference are in
+test_recurrent.py.  Set ``FAIRSEQ_POSATTN_NO_CPP_CELL=1`` to skip this
 module where no C++ compiler is available.
 """
 
+import logging
 import os
 
 import pytest
 import torch
 
-from test_recurrent import D_MODEL, HIDDEN, _packed_inputs, _padded_batch
+from test_recurrent import D_MODEL, HIDDEN, _padded_batch
 
-from fairseq_posattn.modules import onlstm_cpp, packed_steps, recurrent
+from fairseq_posattn.modules.onlstm import cpu_cell, kernels, packed
 from fairseq_posattn.modules.recurrent import ONLSTM
 
 if os.environ.get("FAIRSEQ_POSATTN_NO_CPP_CELL", "") not in ("", "0"):
     pytest.skip("FAIRSEQ_POSATTN_NO_CPP_CELL is set", allow_module_level=True)
 
-BATCHES = [[3, 3, 2, 1], [4, 4, 4], [2], [5, 2, 2, 1, 1]]
+
+def test_the_cell_is_built_ahead_for_this_torch_source_and_cpu():
+    """scripts/setup_env.sh ran fairseq-posattn-build-cell: the library is in
+    the directory of this torch, this source and this CPU's instruction set."""
+    assert cpu_cell.available()
+    directory = os.path.basename(cpu_cell.build_dir())
+    assert directory.startswith(f"torch-{torch.__version__}-{cpu_cell.cpu_isa()}-")
+    assert os.path.exists(os.path.join(cpu_cell.build_dir(), cpu_cell.LIBRARY + ".so"))
 
 
-def test_the_cell_builds():
-    assert onlstm_cpp.cell() is not None
-    assert onlstm_cpp.handles(torch.zeros(1)) and not onlstm_cpp.handles(torch.zeros(1, dtype=torch.float64))
+def test_a_cell_built_elsewhere_or_none_is_named_and_the_reference_runs(monkeypatch, tmp_path, caplog):
+    """No build for this CPU (one for another instruction set only, as when a
+    home directory moves to another machine): nothing is compiled, the
+    message says what is there and what to run, once, and ``auto`` takes the
+    reference; an explicit ``cpu`` is refused at build."""
+    (tmp_path / "torch-2.13.0-avx512-0123456789ab").mkdir()
+    monkeypatch.setenv("FAIRSEQ_POSATTN_CELL_DIR", str(tmp_path))
+    monkeypatch.setattr(cpu_cell, "_loaded", {})
+    monkeypatch.setattr(cpu_cell, "cpu_isa", lambda: "avx2")
+    import torch.utils.cpp_extension as cpp_extension
 
-
-@pytest.mark.filterwarnings("ignore:TF32 acceleration")  # set by mkldnn.flags
-@pytest.mark.parametrize("onednn", [True, False], ids=["onednn", "baddbmm"])
-@pytest.mark.parametrize("num_dir", [1, 2])
-@pytest.mark.parametrize("chunk", [1, 2, 4])
-@pytest.mark.parametrize("batch_sizes", BATCHES, ids=str)
-def test_cell_equals_the_scripted_loop(batch_sizes, chunk, num_dir, onednn):
-    """Hidden states, gates and cell states forward (with and without saving),
-    the input-projection and recurrent-weight gradients backward; sentences
-    ending early, a single step, chunks of 1, 2 and the whole hidden state;
-    the recurrent matmuls on oneDNN or on ``baddbmm``."""
-    hidden = 8
-    inputs = _packed_inputs(num_dir, batch_sizes, chunk, hidden=hidden, dtype=torch.float32, seed=len(batch_sizes))
-    with torch.backends.mkldnn.flags(enabled=onednn):
-        for save in (True, False):
-            scripted = recurrent._onlstm_forward(*[t.clone() for t in inputs], batch_sizes, hidden, chunk, save, onednn)
-            hs, acts, cells = onlstm_cpp.onlstm_forward(*[t.clone() for t in inputs], batch_sizes, hidden, chunk, save)
-            assert len(acts) == (num_dir if save else 0)  # the gates: one [N, G] per direction, kept only to save
-            acts = torch.stack(acts) if save else scripted[1]
-            for name, a, b in zip(["hs", "acts", "cells"], (hs, acts, cells), scripted):
-                assert a.shape == b.shape, name
-                torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5, msg=name)
-        hs, acts, cells = scripted = recurrent._onlstm_forward(*inputs, batch_sizes, hidden, chunk, True, onednn)
-        grad = torch.randn(hs.shape, generator=torch.Generator().manual_seed(7))
-        expected = recurrent._onlstm_backward(grad, inputs[3], hs, acts.clone(), cells, batch_sizes, hidden, chunk,
-                                              onednn)
-        grad_xg, grad_w_hh = onlstm_cpp.onlstm_backward(grad, inputs[3], hs, list(acts.clone()), cells, batch_sizes,
-                                                        hidden, chunk)
-    for name, a, b in zip(["grad_xg", "grad_w_hh"], (torch.stack(grad_xg), grad_w_hh), expected):
-        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5, msg=name)
-
-
-def test_auto_takes_the_cell_for_float32_on_the_cpu(monkeypatch):
-    """``kernel="auto"``: the cell for float32 CPU tensors, the scripted loop for float64."""
-    calls = []
-    forward = onlstm_cpp.onlstm_forward
-    monkeypatch.setattr(onlstm_cpp, "onlstm_forward", lambda *a: calls.append(a[0].dtype) or forward(*a))
-    x, lengths = _padded_batch([3, 2], D_MODEL)
-    for dtype in (torch.float32, torch.float64):
-        ONLSTM(D_MODEL, HIDDEN).to(dtype)(x.to(dtype), lengths)
-    assert calls == [torch.float32]
+    monkeypatch.setattr(cpp_extension, "load", lambda *a, **k: pytest.fail("compiled during a forward"))
+    with caplog.at_level(logging.WARNING, logger=cpu_cell.__name__):
+        assert not cpu_cell.available() and not cpu_cell.available()
+    assert caplog.text.count("run fairseq-posattn-build-cell") == 1
+    assert "built only for torch-2.13.0-avx512-0123456789ab" in caplog.text
+    assert kernels.choose("auto", torch.device("cpu"), torch.float32) == "reference"
+    with pytest.raises(ValueError, match="--encoder-recurrent-kernel cpu: the C\\+\\+ cell is built only for"):
+        ONLSTM(D_MODEL, HIDDEN, kernel="cpu")
+    x, lengths = _padded_batch([3, 2], D_MODEL, dtype=torch.float32)
+    assert ONLSTM(D_MODEL, HIDDEN)(x, lengths).shape == (3, 2, 2 * HIDDEN)
 
 
 def test_the_cell_refuses_what_it_does_not_compute():
-    forward = onlstm_cpp.cell().forward
+    forward = torch.ops.fairseq_posattn_onlstm.forward
     g = 6 * HIDDEN
     xg, bias, w_hh = list(torch.zeros(2, 3, g)), torch.zeros(2, 1, g), torch.zeros(2, HIDDEN, g)
     cells, out = torch.zeros(2, 3, HIDDEN), torch.zeros(2, 4, HIDDEN)
@@ -96,26 +78,6 @@ def test_the_cell_refuses_what_it_does_not_compute():
         run(batch_sizes=(1, 2))
 
 
-def test_a_failed_build_falls_back_to_the_scripted_loop(monkeypatch):
-    """No compiler: one warning, ``handles`` false, and ``kernel="auto"`` keeps the scripted loop."""
-    import torch.utils.cpp_extension as cpp_extension
-
-    def fail(*args, **kwargs):
-        raise RuntimeError("no compiler here")
-
-    monkeypatch.setattr(cpp_extension, "load", fail)
-    monkeypatch.setattr(onlstm_cpp, "_cell", None)
-    with pytest.warns(UserWarning, match="no compiler here"):
-        assert onlstm_cpp.cell() is None
-    assert not onlstm_cpp.handles(torch.zeros(1))
-    with pytest.raises(ValueError, match="kernel='cpp' needs the C\\+\\+ cell"):
-        ONLSTM(D_MODEL, HIDDEN, kernel="cpp")
-    x, lengths = _padded_batch([3, 2], D_MODEL, dtype=torch.float32)
-    layer, scripted = ONLSTM(D_MODEL, HIDDEN), ONLSTM(D_MODEL, HIDDEN, kernel="script")
-    scripted.load_state_dict(layer.state_dict())
-    assert torch.equal(layer(x, lengths), scripted(x, lengths))
-
-
 def _reorders(fn):
     """Profiled calls of oneDNN's weight layout in ``fn()``."""
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
@@ -129,15 +91,16 @@ def test_inference_keeps_the_weight_layouts_while_the_weights_do_not_change():
     place (also through ``.data``, which autograd's version counter misses), or
     replaced, is laid out again (a stale layout would compute with the old
     weights); a training forward drops what was kept."""
-    rnn = ONLSTM(D_MODEL, HIDDEN, kernel="cpp")
+    rnn = ONLSTM(D_MODEL, HIDDEN, kernel="cpu")
     x, lengths = _padded_batch([4, 3, 4], D_MODEL, dtype=torch.float32)
+    assert packed.onednn_applies(rnn.weight_ih)  # the one probe of the ops is behind us
 
     def infer():
         with torch.no_grad():
             return rnn(x, lengths)
 
     def fresh():  # the same weights in a new module: nothing kept for them
-        other = ONLSTM(D_MODEL, HIDDEN, kernel="cpp")
+        other = ONLSTM(D_MODEL, HIDDEN, kernel="cpu")
         other.load_state_dict(rnn.state_dict())
         with torch.no_grad():
             return other(x, lengths)
@@ -157,6 +120,6 @@ def test_inference_keeps_the_weight_layouts_while_the_weights_do_not_change():
     assert rnn.weight_hh._version == version
     assert _reorders(infer) == 2
     assert torch.equal(infer(), fresh())
-    assert rnn.weight_ih in packed_steps._KEPT and rnn.weight_hh in packed_steps._KEPT
+    assert rnn.weight_ih in packed._KEPT and rnn.weight_hh in packed._KEPT
     rnn(x, lengths).sum().backward()  # training: the weights are about to change
-    assert rnn.weight_ih not in packed_steps._KEPT and rnn.weight_hh not in packed_steps._KEPT
+    assert rnn.weight_ih not in packed._KEPT and rnn.weight_hh not in packed._KEPT

@@ -1,22 +1,29 @@
-"""Recurrent encoder layers (ON-LSTM, LSTM): equations, gradients, padding, counts, half precision.
+"""Recurrent encoder layers (ON-LSTM, LSTM): the ON-LSTM's definition
+(fairseq_posattn.modules.onlstm.reference) against a transcription of Shen et
+al.'s equations, every fast path against that definition (values and
+gradients), padding, counts, half precision, and the choice of the kernel.
 
-The ON-LSTM reference below is written independently of the module: one
-sentence at a time, a plain Python loop over time steps, explicit gates,
-float64, autograd for its gradients.  It shares with the module only the
-documented parameter layout (``gates = x @ weight_ih[d] + h @ weight_hh[d] +
-bias_ih[d] + bias_hh[d]``, gate units ``[f, i, o, c_hat, master_f, master_i]``,
-direction 0 forward).
+The transcription below is written independently of the package: one
+sentence at a time, a plain loop over time steps, explicit gates, float64.
+It shares with the package only the documented parameter layout (``gates =
+x @ weight_ih[d] + h @ weight_hh[d] + bias_ih[d] + bias_hh[d]``, gate units
+``[f, i, o, c_hat, master_f, master_i]``, direction 0 forward).
 """
+
+import logging
+import os
 
 import pytest
 import torch
 from torch import nn
 
-from fairseq_posattn.modules import onlstm_cpp, onlstm_triton, packed_steps, recurrent
-from fairseq_posattn.modules.recurrent import ONLSTM, RecurrentLayer, _ONLSTMFunction, cumax, reversal_index
+from fairseq_posattn.modules.onlstm import cpu_cell, kernels, packed, triton_steps
+from fairseq_posattn.modules.onlstm.reference import cumax, onlstm_reference, reversal_index
+from fairseq_posattn.modules.recurrent import ONLSTM, RecurrentLayer
 
 D_MODEL = 6
 HIDDEN = 4
+needs_cell = pytest.mark.skipif(not cpu_cell.available(), reason="the C++ cell is not built here")
 
 
 def _ref_direction(xs, w_ih, w_hh, b, hidden, chunk):
@@ -69,17 +76,14 @@ def _padded_batch(lengths, dim, dtype=torch.float64, pad_value=None, seed=0):
 
 @pytest.mark.parametrize("bidirectional", [True, False])
 @pytest.mark.parametrize("chunk", [1, 2])
-@pytest.mark.parametrize("dtype, tol, kernel", [(torch.float64, 1e-10, "script"), (torch.float32, 1e-5, "script"),
-                                               (torch.float32, 1e-5, "cpp")])
-def test_onlstm_matches_reference_forward_and_gradients(bidirectional, chunk, dtype, tol, kernel):
-    """float64 takes ``baddbmm``; float32 on a CPU the oneDNN packed matmuls,
-    with the scripted gate arithmetic or the C++ cell (packing, reversal,
-    projection and pads included)."""
-    if kernel == "cpp" and onlstm_cpp.cell() is None:
-        pytest.skip("the C++ cell is not built here")
+@pytest.mark.parametrize("dtype, tol", [(torch.float64, 1e-10), (torch.float32, 1e-5)])
+def test_the_definition_is_shen_et_als_equations(bidirectional, chunk, dtype, tol):
+    """The reference layer (packing-free, autograd's backward) against the
+    sentence-by-sentence transcription: outputs and every gradient, pads
+    holding junk, exactly zero output and gradient at the pads."""
     torch.manual_seed(0)
     layer = RecurrentLayer(D_MODEL, "onlstm", hidden_dim=HIDDEN, bidirectional=bidirectional, chunk_size=chunk,
-                           kernel=kernel).to(dtype)
+                           kernel="reference").to(dtype)
     rnn = layer.rnn
     assert rnn.num_gates == 4 * HIDDEN + 2 * HIDDEN // chunk
     x, lengths = _padded_batch([5, 2, 4, 1], D_MODEL, pad_value=3.0)
@@ -101,216 +105,85 @@ def test_onlstm_matches_reference_forward_and_gradients(bidirectional, chunk, dt
     mine = (rnn.weight_ih, rnn.weight_hh, rnn.bias_ih, rnn.bias_hh, layer.proj.weight, layer.proj.bias)
     for name, p, q in zip(["weight_ih", "weight_hh", "bias_ih", "bias_hh", "proj.weight", "proj.bias"], mine, params):
         torch.testing.assert_close(p.grad, q.grad, msg=name, **close)
-    # pad positions: exactly zero output, exactly zero gradient
     pad = torch.arange(x.size(0)).unsqueeze(1) >= lengths.unsqueeze(0)
     assert (y_mod[pad] == 0).all() and (x_mod.grad[pad] == 0).all()
 
 
-def _packed_inputs(num_dir, batch_sizes, chunk, dim=D_MODEL, hidden=HIDDEN, dtype=torch.float64, scale=1.0, seed=1):
-    """Random ``_onlstm_forward`` arguments: packed inputs of ``sum(batch_sizes)`` rows."""
-    g = torch.Generator().manual_seed(seed)
-    gates = 4 * hidden + 2 * hidden // chunk
-    shapes = [(num_dir, sum(batch_sizes), dim), (num_dir, dim, gates), (num_dir, 1, gates), (num_dir, hidden, gates)]
-    return [(scale * torch.randn(s, generator=g, dtype=torch.float64)).to(dtype) for s in shapes]
+# sentence lengths of a batch: sentences ending early, one step, all the same length
+LENGTHS = [[4, 3, 1], [5, 5, 5], [1], [6, 2, 2, 1, 5]]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("chunk", [1, 2])
-@pytest.mark.parametrize("num_dir", [1, 2])
-@pytest.mark.parametrize("batch_sizes", [[3, 3, 3, 3], [3, 3, 2, 1]])
-def test_onlstm_function_gradcheck(num_dir, chunk, batch_sizes, monkeypatch):
-    """The hand-written backward against finite differences (float64), with and without sentences ending early.
-
-    gradcheck differentiates one graph many times, but the backward writes the
-    gate gradients over the saved gates (a second backward is refused, see
-    below): here it gets a copy of them each time."""
-    backward = recurrent._onlstm_backward
-    monkeypatch.setattr(recurrent, "_onlstm_backward",
-                        lambda grad, w_hh, hs, acts, *rest: backward(grad, w_hh, hs, acts.clone(), *rest))
-    inputs = [t.requires_grad_() for t in _packed_inputs(num_dir, batch_sizes, chunk, scale=0.5)]
-    assert torch.autograd.gradcheck(
-        lambda *a: _ONLSTMFunction.apply(*a, batch_sizes, HIDDEN, chunk, True), inputs)
-
-
-def test_scripted_and_eager_loops_agree():
-    batch_sizes = [3, 3, 2, 2, 1, 1]
-    inputs = _packed_inputs(2, batch_sizes, 1, dtype=torch.float32, seed=2)
-    scripted = recurrent._onlstm_forward(*inputs, batch_sizes, HIDDEN, 1, True)
-    eager = recurrent._onlstm_forward_eager(*[t.clone() for t in inputs], batch_sizes, HIDDEN, 1, True)
-    for a, b in zip(scripted, eager):
-        torch.testing.assert_close(a, b)
-    grad = torch.randn(scripted[0].shape)
-    hs, acts, cells = scripted
-    scripted = recurrent._onlstm_backward(grad, inputs[3], hs, acts.clone(), cells, batch_sizes, HIDDEN, 1)
-    eager = recurrent._onlstm_backward_eager(grad, inputs[3], hs, acts.clone(), cells, batch_sizes, HIDDEN, 1)
-    for a, b in zip(scripted, eager):
-        torch.testing.assert_close(a, b)
-
-
-needs_onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN")
-
-
-@needs_onednn
-@pytest.mark.parametrize("chunk", [1, 2])
-@pytest.mark.parametrize("save", [True, False])
-def test_onednn_recurrent_matmuls_equal_baddbmm(chunk, save):
-    """oneDNN's packed weights compute the loops' ``baddbmm`` products (to
-    float32 round-off), forward and backward, sentences ending early included;
-    the eager loop (the fallback without TorchScript) takes them too."""
-    batch_sizes = [4, 4, 3, 3, 1]
-    inputs = _packed_inputs(2, batch_sizes, chunk, dtype=torch.float32, seed=5)
-    runs = [loop(*[t.clone() for t in inputs], batch_sizes, HIDDEN, chunk, save, onednn)
-            for loop, onednn in ((recurrent._onlstm_forward, False), (recurrent._onlstm_forward, True),
-                                 (recurrent._onlstm_forward_eager, True))]
-    for ours in runs[1:]:
-        for a, b in zip(ours, runs[0]):
-            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
-    if save:
-        grad = torch.randn(runs[0][0].shape, generator=torch.Generator().manual_seed(6))
-        hs, acts, cells = runs[0]
-        grads = [loop(grad, inputs[3], hs, acts.clone(), cells, batch_sizes, HIDDEN, chunk, onednn)
-                 for loop, onednn in ((recurrent._onlstm_backward, False), (recurrent._onlstm_backward, True),
-                                      (recurrent._onlstm_backward_eager, True))]
-        for ours in grads[1:]:
-            for a, b in zip(ours, grads[0]):
-                torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
-
-
-def _matmul_calls(rnn, x, lengths, train=True):
-    """Profiled calls of oneDNN's packed matmul, ``baddbmm`` and ``addmm`` in one
-    forward + backward of the :class:`ONLSTM` ``rnn`` (or one forward without grad)."""
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        if train:
-            rnn(x.requires_grad_(), lengths).sum().backward()
-        else:
-            with torch.no_grad():
-                rnn(x, lengths)
-    names = [e.name for e in prof.events()]
-    return tuple(names.count(op) for op in ("mkldnn::_linear_pointwise", "aten::baddbmm", "aten::addmm"))
-
-
-@needs_onednn
-@pytest.mark.filterwarnings("ignore:TF32 acceleration")  # set by mkldnn.flags
-@pytest.mark.parametrize("kernel", ["script", "cpp"])
-def test_float32_cpu_recurrence_takes_onednn(kernel, monkeypatch):
-    """Every recurrent product of a float32 CPU layer is one oneDNN matmul per
-    direction ((T - 1) steps forward and as many backward), on the scripted
-    loop and the C++ cell alike, and so is the input projection's backward;
-    the C++ cell's input projection too.  float64,
-    ``torch.backends.mkldnn.flags(enabled=False)`` and a torch without the
-    packed-weight ops keep ``baddbmm`` (``addmm`` per direction on the cell)."""
-    if kernel == "cpp" and onlstm_cpp.cell() is None:
-        pytest.skip("the C++ cell is not built here")
-    rnn = ONLSTM(D_MODEL, HIDDEN, kernel=kernel)
-    x, lengths = _padded_batch([5, 3, 5], D_MODEL, dtype=torch.float32)
-    steps = int(lengths.max()) - 1
-    loop = kernel == "script"  # the loop's input projection is one baddbmm with the bias
-    projections = 0 if loop else 2  # the cell's input projection: one per direction
-    assert _matmul_calls(rnn, x.clone(), lengths) == (2 * 2 * steps + 2 + projections, int(loop), 0)
-    assert _matmul_calls(rnn, x.clone(), lengths, train=False) == (2 * steps + projections, int(loop), 0)
-    expected = (0, 1 + 2 * steps, 0) if loop else (0, 0, 2 * 2 * steps)
-    with torch.backends.mkldnn.flags(enabled=False):
-        assert _matmul_calls(rnn, x.clone(), lengths) == expected
-    monkeypatch.setattr(packed_steps, "_ONEDNN_OPS", False)  # as on torch < 2.0
-    assert _matmul_calls(rnn, x.clone(), lengths) == expected
-    if loop:
-        assert _matmul_calls(rnn.double(), x.double(), lengths) == (0, 1 + 2 * steps, 0)
-
-
-def test_inference_path_keeps_nothing_and_equals_the_training_path():
-    """Without ``save`` the loop keeps no gates and one step of cell states,
-    and computes exactly the hidden states the saving loop computes."""
-    batch_sizes = [4, 4, 3, 1]
-    inputs = _packed_inputs(2, batch_sizes, 2, dtype=torch.float32, seed=3)
-    lean = recurrent._onlstm_forward(*[t.clone() for t in inputs], batch_sizes, HIDDEN, 2, False)
-    full = recurrent._onlstm_forward(*inputs, batch_sizes, HIDDEN, 2, True)
-    assert torch.equal(lean[0], full[0])
-    assert lean[1].numel() == 0 and lean[2].shape == (2, 4, HIDDEN)
-    assert full[1].shape == (2, sum(batch_sizes), 4 * HIDDEN + HIDDEN) and full[2].shape == (2, 12, HIDDEN)
-
-    # the layer: no_grad and eval give the training output; nothing is saved for a backward
-    layer = RecurrentLayer(D_MODEL, "onlstm", hidden_dim=HIDDEN, chunk_size=2)
-    x, lengths = _padded_batch([4, 3, 1, 4], D_MODEL, dtype=torch.float32)
-    saved = []
-    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+def assert_kernel_is_the_reference(kernel, lengths, chunk, bidirectional, hidden=HIDDEN, dtype=torch.float32,
+                                   device="cpu", atol=2e-5, rtol=1e-4):
+    """``kernel`` against the reference with the same weights: the output
+    (with and without grad), the gradients of the input and of every
+    parameter (the fast path's hand-written backward against autograd's)."""
+    torch.manual_seed(len(lengths) + chunk)
+    fast = ONLSTM(D_MODEL, hidden, bidirectional=bidirectional, chunk_size=chunk, kernel=kernel).to(device, dtype)
+    reference = ONLSTM(D_MODEL, hidden, bidirectional=bidirectional, chunk_size=chunk, kernel="reference")
+    reference.load_state_dict(fast.state_dict())
+    x, lengths = _padded_batch(lengths, D_MODEL, dtype=torch.float32, pad_value=-4.0, seed=chunk)
+    x = x.to(device, dtype)
+    upstream = torch.randn(x.size(0), x.size(1), fast.num_directions * hidden, device=device, dtype=dtype)
+    results = []
+    for rnn in (fast, reference.to(device, dtype)):
+        xi = x.clone().requires_grad_()
+        y = rnn(xi, lengths)
+        (y * upstream).sum().backward()
         with torch.no_grad():
-            y_nograd = layer(x, lengths)
-        assert saved == []
-        layer.requires_grad_(False)
-        y_frozen = layer(x, lengths)  # grad mode on, nothing requires grad
-        assert saved == [] and y_frozen.grad_fn is None
-        layer.requires_grad_(True)
-        y_train = layer(x, lengths)
-        assert len(saved) > 0
-    assert torch.equal(y_nograd, y_train.detach()) and torch.equal(y_frozen, y_nograd)
+            assert torch.equal(rnn(x, lengths), y.detach())  # inference computes what training does
+        results.append([y.detach(), xi.grad] + [p.grad for p in rnn.parameters()])
+    names = ["output", "x.grad"] + [name for name, _ in fast.named_parameters()]
+    for name, a, b in zip(names, *results):
+        torch.testing.assert_close(a, b, atol=atol, rtol=rtol, msg=name)
 
 
-@pytest.mark.parametrize("kernel", ["script", "cpp", "triton"])
-def test_second_backward_through_the_layer_is_refused(kernel):
-    """Every kernel writes the gate gradients over the saved gates (the C++
-    cell and the Triton kernels behind autograd's back, then bump the
-    version): a second backward through the same graph must fail, not read them."""
-    if kernel == "triton" and onlstm_triton.triton is None:
-        pytest.skip("triton is not installed")
-    if kernel == "cpp" and onlstm_cpp.cell() is None:
-        pytest.skip("the C++ cell is not built here")
-    device = "cuda" if kernel == "triton" and torch.cuda.is_available() else "cpu"
-    layer = RecurrentLayer(D_MODEL, "onlstm", hidden_dim=HIDDEN, kernel=kernel).to(device)
-    x, lengths = _padded_batch([3, 2], D_MODEL, dtype=torch.float32)
-    y = layer(x.to(device).requires_grad_(), lengths).sum()
-    y.backward(retain_graph=True)
-    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
-        y.backward()
+@needs_cell
+@pytest.mark.parametrize("bidirectional", [True, False])
+@pytest.mark.parametrize("chunk", [1, 2, 4])
+@pytest.mark.parametrize("lengths", LENGTHS, ids=str)
+def test_the_cpu_cell_is_the_reference(lengths, chunk, bidirectional):
+    assert_kernel_is_the_reference("cpu", lengths, chunk, bidirectional)
 
 
-def test_loop_is_scripted():
-    # the speed path: no Python per time step (falls back to eager only if TorchScript is gone)
-    assert isinstance(recurrent._onlstm_forward, torch.jit.ScriptFunction)
-    assert isinstance(recurrent._onlstm_backward, torch.jit.ScriptFunction)
+@needs_cell
+@pytest.mark.filterwarnings("ignore:TF32 acceleration")  # set by mkldnn.flags
+def test_the_cpu_cell_without_onednn_is_the_reference():
+    with torch.backends.mkldnn.flags(enabled=False):
+        assert_kernel_is_the_reference("cpu", [5, 3, 3, 1], 2, True)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
-def test_cumax_monotone_in_unit_interval(dtype):
-    torch.manual_seed(3)
-    x = (10 * torch.randn(64, 37)).to(dtype)
-    y = cumax(x)
-    assert y.dtype == dtype
-    y = y.double()
-    assert (y[:, 1:] >= y[:, :-1]).all()
-    assert (y >= 0).all() and (y <= 1 + 1e-6).all()
-    torch.testing.assert_close(y[:, -1], torch.ones(64, dtype=torch.float64), atol=1e-2 if dtype == torch.bfloat16 else 1e-6, rtol=0)
-    one_minus = 1 - y
-    assert (one_minus[:, 1:] <= one_minus[:, :-1]).all()
+@needs_cell
+def test_a_broken_onednn_op_falls_back_to_addmm(monkeypatch, caplog):
+    """A private oneDNN op whose signature changed (faked: it raises what a
+    wrong call raises) turns oneDNN off once, with a warning; the cell then
+    computes the same with ``addmm``."""
+    def changed(*args, **kwargs):
+        raise RuntimeError("mkldnn::_reorder_linear_weight() Expected a value of type 'int' for argument 'batch_size'")
+
+    monkeypatch.setattr(torch.ops.mkldnn, "_reorder_linear_weight", changed)
+    monkeypatch.setattr(packed, "_PROBE", {})
+    with caplog.at_level(logging.WARNING, logger=packed.__name__):
+        assert not packed.onednn_applies(torch.zeros(2, 2))
+    assert "oneDNN's packed matmuls do not work here" in caplog.text
+    assert_kernel_is_the_reference("cpu", [4, 2], 1, True)
 
 
-def test_master_gates_in_the_loop_are_monotone():
-    """The master gates the recurrence actually used (from the saved softmax probabilities)."""
-    m = HIDDEN // 2
-    batch_sizes = [3, 3, 3, 2, 1]
-    _, acts, _ = recurrent._onlstm_forward(*_packed_inputs(2, batch_sizes, 2, dtype=torch.float32, scale=5.0, seed=4),
-                                           batch_sizes, HIDDEN, 2, True)
-    probs = acts[..., 4 * HIDDEN :].unflatten(-1, (2, m))
-    master = torch.cumsum(probs, -1)  # [D, N, 2, m]: master forget, cumax behind master input
-    assert (master[..., 1:] >= master[..., :-1]).all()
-    assert (master >= 0).all() and (master <= 1 + 1e-6).all()
-    master_input = 1 - master[..., 1, :]
-    assert (master_input[..., 1:] <= master_input[..., :-1]).all()
+def test_onednn_only_on_the_torch_releases_it_was_run_with(monkeypatch):
+    weight = torch.zeros(2, 2)
+    assert packed.onednn_applies(weight) == torch.backends.mkldnn.is_available()
+    monkeypatch.setattr(packed, "ONEDNN_TESTED_TORCH", ((1, 0), (1, 13)))
+    assert not packed.onednn_applies(weight)
 
 
-def test_reversal_index():
-    idx = reversal_index(torch.tensor([3, 1, 4]), 4)
-    assert idx.t().tolist() == [[2, 1, 0, 3], [0, 1, 2, 3], [3, 2, 1, 0]]
-    # an involution
-    assert torch.equal(torch.gather(idx, 0, idx), torch.arange(4).unsqueeze(1).expand(4, 3))
-
-
-@pytest.mark.parametrize("cell", ["onlstm", "lstm"])
+@pytest.mark.parametrize("cell, kernel", [("onlstm", "auto"), ("onlstm", "reference"), ("lstm", "auto")])
 @pytest.mark.parametrize("bidirectional", [True, False])
 @pytest.mark.parametrize("residual", [True, False])
-def test_padding_does_not_matter(cell, bidirectional, residual):
+def test_padding_does_not_matter(cell, kernel, bidirectional, residual):
     """Each sentence alone equals the same sentence inside a padded batch (pads hold junk)."""
     torch.manual_seed(5)
-    layer = RecurrentLayer(D_MODEL, cell, hidden_dim=HIDDEN, bidirectional=bidirectional, residual=residual)
+    layer = RecurrentLayer(D_MODEL, cell, hidden_dim=HIDDEN, bidirectional=bidirectional, residual=residual,
+                           kernel=kernel)
     lengths = [3, 7, 1, 5]
     x, lens = _padded_batch(lengths, D_MODEL, dtype=torch.float32, pad_value=7.5)
     x.requires_grad_()
@@ -439,27 +312,102 @@ def test_onlstm_module_standalone_shapes():
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_onlstm_gates_cumax_and_cell_state_are_float32_under_half(dtype):
-    """The scripted loop itself: with half inputs its matmuls give half, but
-    the gates, cumax's softmax and the cell states are float32, and 40 steps
-    with 64 master units (a cumsum of 64 probabilities per step) stay within
-    two roundings of float64 run on the same half pre-activations (an
-    identity input projection); the backward takes the saved float32 states."""
+def test_gates_and_cell_state_are_float32_under_half(dtype):
+    """With half inputs the reference's matmuls give half, but the gates,
+    cumax's softmax and the cell states are float32: 40 steps with 64 master
+    units (a cumsum of 64 probabilities per step) stay within two roundings
+    of float64 run on the same half pre-activations (an identity input
+    projection), the hidden state rounded to half each step in both."""
     torch.manual_seed(11)
     hidden, steps = 64, 40
     gates = 4 * hidden + 2 * hidden
-    batch_sizes = [3] * (steps - 10) + [2] * 10
-    pre_activations = (2 * torch.randn(2, sum(batch_sizes), gates)).to(dtype)
+    pre_activations = (2 * torch.randn(steps, 3, gates)).to(dtype)
+    lengths = torch.tensor([steps, steps, steps - 10])
     w_hh = (0.3 * torch.randn(2, hidden, gates)).to(dtype)
     identity = torch.eye(gates, dtype=dtype).expand(2, gates, gates)
-    inputs = [pre_activations, identity, torch.zeros(2, 1, gates, dtype=dtype), w_hh]
-    hs, acts, cells = recurrent._onlstm_forward(*inputs, batch_sizes, hidden, 1, True)
-    assert hs.dtype == dtype
-    assert acts.dtype == cells.dtype == torch.float32
-    exact = recurrent._onlstm_forward_eager(*[t.double() for t in inputs], batch_sizes, hidden, 1, True)
+    bias = torch.zeros(2, gates, dtype=dtype)
+    ours = onlstm_reference(pre_activations, lengths, identity, w_hh, bias, 1)
+    assert ours.dtype == dtype
+    exact = onlstm_reference(*[t.double() for t in (pre_activations,)], lengths,
+                             *[t.double() for t in (identity, w_hh, bias)], 1)
     eps = torch.finfo(dtype).eps
-    for ours, reference in zip((hs, acts[..., 4 * hidden :], cells), (exact[0], exact[1][..., 4 * hidden :], exact[2])):
-        torch.testing.assert_close(ours.double(), reference, atol=2 * eps, rtol=2 * eps)
-    grad_hs = torch.randn(hs.shape).to(dtype)
-    grad_xg, grad_w = recurrent._onlstm_backward(grad_hs, w_hh, hs, acts, cells, batch_sizes, hidden, 1)
-    assert grad_xg.dtype == dtype and torch.isfinite(grad_xg).all() and torch.isfinite(grad_w).all()
+    torch.testing.assert_close(ours.double(), exact, atol=4 * eps, rtol=4 * eps)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_cumax_monotone_in_unit_interval(dtype):
+    torch.manual_seed(3)
+    x = (10 * torch.randn(64, 37)).to(dtype)
+    y = cumax(x)
+    assert y.dtype == dtype
+    y = y.double()
+    assert (y[:, 1:] >= y[:, :-1]).all()
+    assert (y >= 0).all() and (y <= 1 + 1e-6).all()
+    torch.testing.assert_close(y[:, -1], torch.ones(64, dtype=torch.float64), atol=1e-2 if dtype == torch.bfloat16 else 1e-6, rtol=0)
+    one_minus = 1 - y
+    assert (one_minus[:, 1:] <= one_minus[:, :-1]).all()
+
+
+def test_reversal_index():
+    idx = reversal_index(torch.tensor([3, 1, 4]), 4)
+    assert idx.t().tolist() == [[2, 1, 0, 3], [0, 1, 2, 3], [3, 2, 1, 0]]
+    # an involution
+    assert torch.equal(torch.gather(idx, 0, idx), torch.arange(4).unsqueeze(1).expand(4, 3))
+
+
+@pytest.mark.parametrize("kernel", ["cpu", "triton"])
+def test_second_backward_through_the_layer_is_refused(kernel):
+    """The fast paths write the gate gradients over the saved gates (behind
+    autograd's back, then bump the version): a second backward through the
+    same graph must fail, not read them."""
+    if kernels.unavailable(kernel):
+        pytest.skip(kernels.unavailable(kernel))
+    device = "cuda" if kernel == "triton" and torch.cuda.is_available() else "cpu"
+    if device == "cpu" and kernel == "triton" and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("no GPU and Triton's interpreter is off")
+    layer = RecurrentLayer(D_MODEL, "onlstm", hidden_dim=HIDDEN, kernel=kernel).to(device)
+    x, lengths = _padded_batch([3, 2], D_MODEL, dtype=torch.float32)
+    y = layer(x.to(device).requires_grad_(), lengths).sum()
+    y.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.backward()
+
+
+def test_auto_chooses_by_device_dtype_and_what_is_installed(monkeypatch):
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    cell = "cpu" if cpu_cell.available() else "reference"
+    assert kernels.choose("auto", cpu, torch.float32) == cell
+    assert kernels.choose("auto", cpu, torch.float64) == "reference"
+    assert kernels.choose("auto", cpu, torch.bfloat16) == "reference"
+    gpu = "triton" if triton_steps.triton is not None else "reference"
+    assert kernels.choose("auto", cuda, torch.float16) == gpu
+    assert kernels.choose("auto", cuda, torch.float64) == "reference"
+    assert kernels.choose("reference", cpu, torch.float32) == "reference"
+    monkeypatch.setattr(triton_steps, "triton", None)
+    assert kernels.choose("auto", cuda, torch.bfloat16) == "reference"
+
+
+def test_an_explicit_kernel_that_cannot_run_is_refused_at_build(monkeypatch):
+    with pytest.raises(ValueError, match="--encoder-recurrent-kernel cuda: it is not one of auto, reference"):
+        ONLSTM(D_MODEL, HIDDEN, kernel="cuda")
+    with pytest.raises(ValueError, match="--encoder-recurrent-kernel apply to --encoder-recurrent-cell onlstm"):
+        RecurrentLayer(D_MODEL, "lstm", kernel="reference")
+    monkeypatch.setattr(triton_steps, "triton", None)
+    with pytest.raises(ValueError, match="--encoder-recurrent-kernel triton: it needs the triton package"):
+        ONLSTM(D_MODEL, HIDDEN, kernel="triton")
+    monkeypatch.setattr(cpu_cell, "_loaded", {"reason": "the C++ cell is not built: run fairseq-posattn-build-cell"})
+    with pytest.raises(ValueError, match="--encoder-recurrent-kernel cpu: the C\\+\\+ cell is not built"):
+        ONLSTM(D_MODEL, HIDDEN, kernel="cpu")
+    assert kernels.choose("auto", torch.device("cpu"), torch.float32) == "reference"
+    assert ONLSTM(D_MODEL, HIDDEN).kernel == "auto"
+
+
+def test_the_model_log_names_the_kernel(caplog):
+    from fairseq_posattn.models.from_flags import build_model_from_flags
+
+    with caplog.at_level(logging.INFO, logger="fairseq_posattn.models.encoder"):
+        build_model_from_flags(["--arch", "onlstm_san_transformer", "--encoder-embed-dim", "16",
+                                "--encoder-attention-heads", "2", "--encoder-ffn-embed-dim", "16",
+                                "--decoder-embed-dim", "16", "--decoder-attention-heads", "2",
+                                "--encoder-recurrent-kernel", "reference"], 20)
+    assert "3 ON-LSTM layers, --encoder-recurrent-kernel reference" in caplog.text

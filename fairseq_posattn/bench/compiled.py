@@ -25,9 +25,9 @@ Rows:
   attention layers with their bias and post-softmax terms, feed-forward
   layers) eager, and compiled whole with ``torch.compile(encoder)``;
 * ``onlstm``: one bidirectional ON-LSTM layer (Hao et al. 2019, Eq. 3-9);
-  eager is the package's path (TorchScript recurrence, hand-written
-  backward), compiled runs the same recurrence and backward written as
-  plain Python, compiled by inductor.
+  eager is the package's path (the C++ cell on the CPU, Triton on CUDA, each
+  with its hand-written backward), compiled is ``--encoder-recurrent-kernel
+  compile``: the reference compiled by inductor, autograd's backward.
 """
 
 import argparse
@@ -35,7 +35,6 @@ import json
 import logging
 import statistics
 import time
-from contextlib import contextmanager
 from types import SimpleNamespace
 from typing import Dict, List, Optional, Sequence
 
@@ -86,46 +85,33 @@ class EncoderRow:
 
 
 class ONLSTMRow:
-    """One bidirectional ON-LSTM layer on right-padded batches."""
+    """One bidirectional ON-LSTM layer on right-padded batches: eager is the
+    package's path for this device (``--encoder-recurrent-kernel auto``),
+    compiled the reference compiled by inductor (``compile``)."""
 
     def __init__(self, settings, shapes):
         torch.manual_seed(settings.seed)
-        self.layer = recurrent.RecurrentLayer(settings.embed_dim, "onlstm", kernel="script")  # what compile replaces
+        self.layer = recurrent.RecurrentLayer(settings.embed_dim, "onlstm")
         g = torch.Generator().manual_seed(settings.seed)
         self.inputs = []
         for b, t in shapes:
             lengths = torch.randint(t // 2, t + 1, (b,), generator=g)
             lengths[0] = t
             self.inputs.append((torch.randn(t, b, settings.embed_dim, generator=g, requires_grad=True), lengths))
-        self.compiled = None
 
     def compile(self):
-        self.compiled = (torch.compile(recurrent._onlstm_forward_eager),
-                         torch.compile(recurrent._onlstm_backward_eager))
-
-    @contextmanager
-    def _recurrence(self):
-        if self.compiled is None:
-            yield
-            return
-        scripted = recurrent._onlstm_forward, recurrent._onlstm_backward
-        recurrent._onlstm_forward, recurrent._onlstm_backward = self.compiled
-        try:
-            yield
-        finally:
-            recurrent._onlstm_forward, recurrent._onlstm_backward = scripted
+        self.layer.rnn.kernel = "compile"
 
     def step(self, i: int, train: bool) -> torch.Tensor:
         x, lengths = self.inputs[i]
-        with self._recurrence():
-            if not train:
-                with torch.no_grad():
-                    return self.layer(x, lengths)
-            out = self.layer(x, lengths)
-            out.sum().backward()
-            self.layer.zero_grad(set_to_none=True)
-            x.grad = None
-            return out
+        if not train:
+            with torch.no_grad():
+                return self.layer(x, lengths)
+        out = self.layer(x, lengths)
+        out.sum().backward()
+        self.layer.zero_grad(set_to_none=True)
+        x.grad = None
+        return out
 
 
 def _pass(row, count: int) -> tuple:

@@ -15,8 +15,8 @@ Rows, all bidirectional with hidden = d per direction:
 * ``ON-LSTM layer``: :class:`RecurrentLayer` with ``cell="onlstm"`` (on
   CUDA with Triton: one fused kernel per time step; on the CPU in float32:
   the loop over the time steps in C++);
-* ``ON-LSTM, loop``: the same layer on the TorchScript loop
-  (``kernel="script"``), where a fused step applies, for comparison.
+* ``ON-LSTM, reference``: the same layer on the reference
+  (``kernel="reference"``, autograd's backward), where a fast path applies, for comparison.
 
 With ``--min-length L`` the two layer rows get a padded batch, sentence
 lengths uniform in ``[L, T]`` (the first ``T``), as ``fairseq-posattn-bench``
@@ -44,7 +44,7 @@ from typing import Optional, Sequence
 import torch
 
 from fairseq_posattn.bench.timing import ratio_range, synchronize
-from fairseq_posattn.modules import onlstm_cpp, onlstm_triton
+from fairseq_posattn.modules.onlstm import kernels
 from fairseq_posattn.modules.recurrent import RecurrentLayer
 
 
@@ -88,8 +88,8 @@ def build(args):
         "nn.LSTM": (lstm, lambda: lstm(x)[0]),
     }
     layers = [("LSTM layer", "lstm", "auto"), ("ON-LSTM layer", "onlstm", "auto")]
-    if onlstm_triton.handles(x) or onlstm_cpp.handles(x):
-        layers.append(("ON-LSTM, loop", "onlstm", "script"))
+    if kernels.choose("auto", x.device, x.dtype) != "reference":
+        layers.append(("ON-LSTM, reference", "onlstm", "reference"))
     for label, cell, kernel in layers:
         layer = RecurrentLayer(d, cell, kernel=kernel).to(args.device)
         rows[label] = (layer, (lambda layer=layer: layer(x, lengths)))

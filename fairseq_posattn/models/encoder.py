@@ -1,6 +1,7 @@
 """The encoder: position-aware self-attention layers, optionally with
 (ON-)LSTM layers before or after them (Hao et al. 2019)."""
 
+import logging
 import math
 from typing import Optional
 
@@ -23,8 +24,12 @@ from ..modules.attention_context import AttentionContext, gather_time, right_pad
 from ..modules.encoder_layer import PositionAwareEncoderLayer
 from ..modules.quant_noise import quant_noise_on
 from ..modules.recurrence_config import RecurrenceConfig
+from ..modules.onlstm import kernels
 from ..modules.recurrent import RecurrentLayer
 from ..modules.structural_positions import DepthEmbedding, PositionFusion
+
+
+logger = logging.getLogger(__name__)
 
 
 class PositionAwareEncoder(FairseqEncoder):
@@ -96,6 +101,10 @@ class PositionAwareEncoder(FairseqEncoder):
             self.build_recurrent_layer(cfg, recurrence_cfg)
             for _ in range(recurrence_cfg.encoder_recurrent_layers)
         )
+        if recurrence_cfg.encoder_recurrent_layers and recurrence_cfg.encoder_recurrent_cell == "onlstm":
+            logger.info("%d ON-LSTM layers, --encoder-recurrent-kernel %s",
+                        recurrence_cfg.encoder_recurrent_layers,
+                        kernels.describe(recurrence_cfg.encoder_recurrent_kernel))
         # position embeddings enter the self-attention stack (see the class doc)
         self.positions_after_recurrence = bool(
             len(self.recurrent_layers) and len(self.layers) and recurrence_cfg.recurrent_first
@@ -152,6 +161,7 @@ class PositionAwareEncoder(FairseqEncoder):
             bidirectional=not recurrence_cfg.encoder_recurrent_unidirectional,
             chunk_size=recurrence_cfg.encoder_onlstm_chunk_size,
             dropout=cfg.dropout,
+            kernel=recurrence_cfg.encoder_recurrent_kernel,
         )
         quant_noise_on(layer, layer.weight_matrices(), cfg.quant_noise.pq, cfg.quant_noise.pq_block_size)
         return self._wrap_layer(cfg, layer)

@@ -8,9 +8,12 @@ from typing import Optional
 from fairseq.dataclass import ChoiceEnum
 
 from .attention_config import EncoderOptions
+from .onlstm import kernels
+from .onlstm.kernels import KERNELS
 
 CELL_CHOICES = ChoiceEnum(["onlstm", "lstm"])
 ORDER_CHOICES = ChoiceEnum(["recurrent-first", "attention-first"])
+KERNEL_CHOICES = ChoiceEnum(list(KERNELS))
 
 
 @dataclass
@@ -51,6 +54,15 @@ class RecurrenceConfig(EncoderOptions):
         metadata={
             "help": "Eq. 10 short-cut: the encoder output is the sum of the "
             "recurrent and the SAN stacks' outputs"
+        },
+    )
+    encoder_recurrent_kernel: KERNEL_CHOICES = field(
+        default="auto",
+        metadata={
+            "help": "what runs the ON-LSTM recurrence: auto (the C++ cell for float32 on the "
+            "CPU, Triton on CUDA, the reference elsewhere), reference (the readable "
+            "definition, autograd's backward), cpu, triton, or compile (torch.compile of "
+            "the reference, recompiled per batch shape)"
         },
     )
 
@@ -97,7 +109,13 @@ class RecurrenceConfig(EncoderOptions):
                 "with recurrent layers first, position embeddings are added to the "
                 "self-attention input: --encoder-position-embedding concat cannot widen it"
             )
+        if self.encoder_recurrent_kernel != "auto" and self.encoder_recurrent_cell != "onlstm":
+            raise ValueError(
+                f"--encoder-recurrent-kernel {self.encoder_recurrent_kernel} chooses what runs the "
+                f"ON-LSTM; --encoder-recurrent-cell {self.encoder_recurrent_cell} runs torch's nn.LSTM"
+            )
         if layers:
+            kernels.check(self.encoder_recurrent_kernel)
             self._check_fairseq_flags(embed_dim, quant_noise_block_size, quant_noise_scalar,
                                       layers_to_keep)
 

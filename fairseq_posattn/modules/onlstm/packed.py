@@ -1,25 +1,32 @@
-"""Packed-sequence bookkeeping shared by the ON-LSTM's recurrences.
+"""The packed layout that the fast paths of the ON-LSTM (:mod:`.cpu_cell`,
+:mod:`.triton_steps`) walk: time-major rows, sentences sorted longest first,
+step ``t`` over the ``batch_sizes[t]`` sentences longer than ``t``; its
+buffers, its step offsets and the weight gradients computed after the loop.
 
-The TorchScript loop (:mod:`.recurrent`), the C++ loop (:mod:`.onlstm_cpp`)
-and the fused Triton steps (:mod:`.onlstm_triton`) walk the same packed
-layout -- time-major rows, sentences sorted longest first, step ``t`` over
-the ``batch_sizes[t]`` sentences longer than ``t`` -- and share its buffers,
-its step offsets and the recurrent weight gradient computed after the loop;
-on the CPU the matmuls take oneDNN's packed weights (laid out once per call,
-or in inference kept from call to call).
+On a float32 CPU the matmuls take oneDNN's packed weights, through torch's
+private ops ``mkldnn::_reorder_linear_weight`` and ``mkldnn::_linear_pointwise``
+(the C++ cell calls the latter too).  They are used only on the torch
+versions they were run with (:data:`ONEDNN_TESTED_TORCH`) and after one probe
+call of each has worked; anywhere else the products are ``mm``/``addmm``.
 """
 
-from typing import List, Optional, Tuple
+import logging
+from typing import List, Tuple
 
 import torch
 from torch import Tensor
 from torch.utils.weak import WeakIdKeyDictionary
 
 __all__ = [
-    "direction_matmuls", "direction_weight_grads", "forget_onednn_layouts", "gate_buffers", "kept_onednn_layouts", "onednn_applies",
-    "onednn_layouts", "onednn_weights", "recurrent_matmul", "recurrent_weight_grad",
+    "ONEDNN_TESTED_TORCH", "direction_matmuls", "direction_weight_grads", "forget_onednn_layouts", "gate_buffers",
+    "kept_onednn_layouts", "onednn_applies", "onednn_layouts", "onednn_weights", "recurrent_weight_grad",
     "state_buffers", "step_starts",
 ]
+
+logger = logging.getLogger(__name__)
+
+# the torch releases whose oneDNN ops the package was run with (first, last)
+ONEDNN_TESTED_TORCH = ((2, 11), (2, 13))
 
 
 def gate_buffers(xs: Tensor, w_ih: Tensor, bias: Tensor, save: bool) -> Tuple[Tensor, Tensor]:
@@ -94,8 +101,7 @@ def onednn_weights(w: Tensor, batch_sizes: List[int]) -> List[Tensor]:
     per-step products ``h @ w[d]`` (none when no step reads ``h_{t-1}``).
 
     Laid out once per call (a copy of the weight), then every step's
-    ``[n, K] @ [K, M]`` reads it as one blocked GEMM: on a 2-core AVX-512
-    CPU about twice the speed of ``baddbmm`` at ``n = 32, K = 512, M = 3072``."""
+    ``[n, K] @ [K, M]`` reads it as one blocked GEMM."""
     if len(batch_sizes) < 2:
         return []
     return onednn_layouts(w, batch_sizes[0])
@@ -111,10 +117,8 @@ _KEPT = WeakIdKeyDictionary()  # weight -> (a copy of the values laid out, their
 
 def kept_onednn_layouts(w: Tensor, rows: int) -> List[Tensor]:
     """:func:`onednn_layouts` of ``w``, kept with ``w`` for as long as it holds
-    the same values: inference reads the same weights call after call, and
-    laying them out costs about 8 ms of a layer's 180 at d = 512.  Each call
-    compares ``w`` with a copy of the values laid out (about 1 ms per
-    weight), which also sees writes through ``w.data`` that autograd's version
+    the same values: inference reads the same weights call after call.  Each call
+    compares ``w`` with a copy of the values laid out, which also sees writes through ``w.data`` that autograd's version
     counter does not.  Memory: a copy and a layout of ``w`` until ``w`` is
     freed or :func:`forget_onednn_layouts` drops them."""
     kept = _KEPT.get(w)
@@ -134,29 +138,43 @@ def forget_onednn_layouts(*weights: Tensor) -> None:
 def direction_matmuls(x: List[Tensor], w: List[Tensor], packed: List[Tensor]) -> List[Tensor]:
     """``x[d] @ w[d]`` for every direction (a ``[D, ...]`` tensor or a list
     of one matrix per direction each), one matrix each: ``mm``, or one oneDNN
-    matmul each on ``packed`` (:func:`onednn_layouts` of ``w``; at
-    ``[2048, 512] @ [512, 3072]`` on a 2-core AVX-512 CPU 32 ms against
-    ``mm``'s 40)."""
+    matmul each on ``packed`` (:func:`onednn_layouts` of ``w``)."""
     if len(packed) == 0:
         return [torch.mm(x[d], w[d]) for d in range(len(x))]
     return [torch.ops.mkldnn._linear_pointwise(x[d], packed[d], None, "none", [None], "") for d in range(len(x))]
 
 
-def recurrent_matmul(base: Tensor, h: Tensor, w: Tensor, packed: List[Tensor]) -> Tensor:
-    """``base + h @ w`` over ``[D, n, *]`` tensors: one ``baddbmm``, or with
-    :func:`onednn_weights` one oneDNN matmul per direction with the sum fused in."""
-    if len(packed) == 0:
-        return torch.baddbmm(base, h, w)
-    return torch.stack([torch.ops.mkldnn._linear_pointwise(h[d], base[d], packed[d], None, "add")
-                        for d in range(len(packed))])
+def _torch_release() -> Tuple[int, int]:
+    major, minor = torch.__version__.split(".")[:2]
+    return int(major), int(minor)
 
 
-# torch has the packed-weight ops (torch < 2.0 has neither)
-_ONEDNN_OPS = all(hasattr(torch.ops.mkldnn, op) for op in ("_reorder_linear_weight", "_linear_pointwise"))
+_PROBE: dict = {}
+
+
+def _onednn_works() -> bool:
+    """One probe call of each private op, as the matmuls call them (once per
+    process); an error from either (a changed signature, a missing op) turns
+    them off with one warning."""
+    if "works" not in _PROBE:
+        try:
+            w = torch.ones(2, 3)
+            layout = torch.ops.mkldnn._reorder_linear_weight(w.t().contiguous(), 1)
+            x = torch.ones(1, 2)
+            plain = torch.ops.mkldnn._linear_pointwise(x, layout, None, "none", [None], "")
+            summed = torch.ops.mkldnn._linear_pointwise(x, torch.ones(1, 3), layout, None, "add")
+            _PROBE["works"] = bool(torch.equal(plain, x @ w) and torch.equal(summed, x @ w + 1))
+        except Exception as err:  # noqa: BLE001 - any error from a private op means: don't use it
+            logger.warning("oneDNN's packed matmuls do not work here (%s); the ON-LSTM uses addmm", err)
+            _PROBE["works"] = False
+    return _PROBE["works"]
 
 
 def onednn_applies(w: Tensor) -> bool:
-    """oneDNN's packed matmuls take the recurrence: float32 on a CPU, oneDNN built and enabled
-    (``torch.backends.mkldnn.flags(enabled=False)`` turns them off), and a torch that has the ops."""
-    return (w.device.type == "cpu" and w.dtype == torch.float32 and _ONEDNN_OPS
-            and torch.backends.mkldnn.is_available() and bool(torch.backends.mkldnn.enabled))
+    """oneDNN's packed matmuls take the products: float32 on a CPU, oneDNN
+    built and enabled (``torch.backends.mkldnn.flags(enabled=False)`` turns
+    them off), a torch release in :data:`ONEDNN_TESTED_TORCH`, and the probe worked."""
+    first, last = ONEDNN_TESTED_TORCH
+    return (w.device.type == "cpu" and w.dtype == torch.float32
+            and torch.backends.mkldnn.is_available() and bool(torch.backends.mkldnn.enabled)
+            and first <= _torch_release() <= last and _onednn_works())

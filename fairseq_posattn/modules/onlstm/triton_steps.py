@@ -1,27 +1,14 @@
-"""The ON-LSTM recurrence with one fused Triton kernel per time step (GPU).
+"""The ON-LSTM recurrence on CUDA: per time step one matmul (cuBLAS) and one
+fused Triton kernel for the gate arithmetic of :func:`.reference.onlstm_cell`
+(Hao et al. 2019, Eq. 3-9, cumax included) and the cell update, forward and a
+hand-written backward.  One program handles one row (one sentence, one
+direction) and keeps each gate's ``hidden`` units as a ``[n_chunk,
+chunk_size]`` tile, so a master unit covers its chunk by broadcasting.  The
+gate arithmetic and the cell state are float32; the pre-activations are
+summed in float32 from the input projection and the recurrent matmul.
 
-The TorchScript loop of :mod:`.recurrent` runs about twenty small ATen
-kernels per step forward and more backward; on a GPU each of them is too
-small to fill the device, and the layer is bound by their launches.  Here a
-step is one matmul (cuBLAS) and one Triton kernel: the gates, cumax
-(softmax and cumsum of the master gates; Hao et al. 2019, Eq. 3-9, after
-Shen et al. 2019), the cell update and the hidden state forward; the
-same gradients as :func:`.recurrent._onlstm_backward` backward, cumax's
-included.  One program handles one row (one sentence, one direction) and
-keeps the ``hidden`` units of each gate as a ``[n_chunk, chunk_size]`` tile,
-so a master gate unit covers its chunk by broadcasting.
-
-:func:`onlstm_forward` and :func:`onlstm_backward` take and return exactly
-what the scripted functions do (same buffers, same layouts, same in-place
-writes), so :class:`.recurrent._ONLSTMFunction` takes either.  The gate
-arithmetic and the cell state are float32 (float64 stays on the scripted
-path); pre-activations are summed in float32 from the input projection and
-the recurrent matmul, so under half precision the results differ from the
-scripted path's by rounding only.
-
-Triton is optional: :func:`handles` is false without it, and the CPU always
-takes the scripted loop.  The tests run these kernels on the CPU through
-Triton's interpreter (``TRITON_INTERPRET=1``) against the scripted loop.
+Triton is optional (:data:`triton` is None without it).  The tests run these
+kernels on the CPU through Triton's interpreter (``TRITON_INTERPRET=1``).
 """
 
 from typing import List, Tuple
@@ -29,7 +16,7 @@ from typing import List, Tuple
 import torch
 from torch import Tensor
 
-from fairseq_posattn.modules.packed_steps import gate_buffers, recurrent_weight_grad, state_buffers, step_starts
+from .packed import gate_buffers, recurrent_weight_grad, state_buffers, step_starts
 
 try:
     import triton
@@ -37,14 +24,9 @@ try:
 except ImportError:  # pragma: no cover - exercised where triton is absent
     triton = None
 
-__all__ = ["handles", "onlstm_forward", "onlstm_backward"]
+__all__ = ["DTYPES", "onlstm_forward", "onlstm_backward", "triton"]
 
-_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-
-
-def handles(xs: Tensor) -> bool:
-    """True where the fused step applies: Triton importable, ``xs`` on CUDA, float32/16 or bfloat16."""
-    return triton is not None and xs.is_cuda and xs.dtype in _DTYPES
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # what the kernels compute in
 
 
 def _block(n: int) -> int:
@@ -214,7 +196,8 @@ def onlstm_forward(
     xs: Tensor, w_ih: Tensor, bias: Tensor, w_hh: Tensor, batch_sizes: List[int],
     hidden: int, chunk_size: int, save: bool,
 ) -> Tuple[Tensor, Tensor, Tensor]:
-    """:func:`.recurrent._onlstm_forward` with one matmul and one fused kernel per step; same arguments, same results."""
+    """:func:`.cpu_cell.onlstm_forward`'s arguments and results (the gates one
+    ``[D, N, G]`` tensor), one matmul and one fused kernel per step."""
     num_dir = xs.size(0)
     xg, acts = gate_buffers(xs, w_ih, bias, save)
     cells, out = state_buffers(xs, batch_sizes, hidden, save)
@@ -241,7 +224,8 @@ def onlstm_backward(
     grad_hs: Tensor, w_hh: Tensor, hs: Tensor, acts: Tensor, cells: Tensor,
     batch_sizes: List[int], hidden: int, chunk_size: int,
 ) -> Tuple[Tensor, Tensor]:
-    """:func:`.recurrent._onlstm_backward` with one fused kernel and one matmul per step; same arguments, same results."""
+    """:func:`.cpu_cell.onlstm_backward`'s arguments and results, one fused
+    kernel and one matmul per step."""
     num_dir = acts.size(0)
     steps = len(batch_sizes)
     grad_xg = acts if acts.dtype == hs.dtype else torch.empty(acts.shape, dtype=hs.dtype, device=hs.device)

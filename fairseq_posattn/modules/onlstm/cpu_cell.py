@@ -1,0 +1,141 @@
+"""The ON-LSTM recurrence on the CPU in C++ (float32): the loop over the time
+steps of :func:`.reference.onlstm_cell` in ``csrc/onlstm_cell.cpp``, forward
+and a hand-written backward, each step one recurrent matmul per direction
+and one pass over the step's rows for the gate arithmetic.
+
+The cell is compiled ahead of time, never during training:
+``fairseq-posattn-build-cell`` (run by ``scripts/setup_env.sh``) builds it
+for this torch, this source and this CPU's instruction set into
+:func:`build_dir`; :func:`available` only loads a build that matches all
+three, and otherwise names what is missing (the layers then run the
+reference).
+"""
+
+import argparse
+import hashlib
+import logging
+import os
+from typing import List, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from . import packed
+
+__all__ = ["available", "build", "build_dir", "onlstm_backward", "onlstm_forward", "unavailable_reason"]
+
+logger = logging.getLogger(__name__)
+
+SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc", "onlstm_cell.cpp")
+LIBRARY = "fairseq_posattn_onlstm_cell"
+# what the compiler may use, from the instruction set torch's own kernels use on this CPU
+ISA_FLAGS = {"avx2": ["-mavx2", "-mfma"],
+             "avx512": ["-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mfma"]}
+_loaded: dict = {}  # {"ops": the registered ops} or {"reason": why not}
+
+
+def cpu_isa() -> str:
+    return torch.backends.cpu.get_cpu_capability().lower()
+
+
+def build_root() -> str:
+    return os.environ.get("FAIRSEQ_POSATTN_CELL_DIR",
+                          os.path.join(os.path.expanduser("~"), ".cache", "fairseq_posattn", "onlstm_cell"))
+
+
+def build_dir(isa: Optional[str] = None) -> str:
+    """Where the cell for this torch, this source and ``isa`` (this CPU's) lives."""
+    with open(SOURCE, "rb") as f:
+        source = hashlib.sha256(f.read()).hexdigest()[:12]
+    return os.path.join(build_root(), f"torch-{torch.__version__}-{isa or cpu_isa()}-{source}")
+
+
+def build() -> str:
+    """Compile the cell into :func:`build_dir` (a C++ compiler and ninja are needed); returns the library's path."""
+    from torch.utils.cpp_extension import load
+
+    directory = build_dir()
+    os.makedirs(directory, exist_ok=True)
+    flags = ["-O3", "-fopenmp", "-fno-math-errno", "-fno-trapping-math"] + ISA_FLAGS.get(cpu_isa(), [])
+    load(LIBRARY, [SOURCE], extra_cflags=flags, extra_ldflags=["-fopenmp"], build_directory=directory,
+         is_python_module=False)  # registers the ops (ATen headers only: a quicker build than pybind's)
+    return os.path.join(directory, LIBRARY + ".so")
+
+
+def _load() -> dict:
+    path = os.path.join(build_dir(), LIBRARY + ".so")
+    if os.path.exists(path):
+        if not hasattr(torch.ops.fairseq_posattn_onlstm, "forward"):
+            torch.ops.load_library(path)
+        return {"ops": torch.ops.fairseq_posattn_onlstm}
+    others = sorted(os.listdir(build_root())) if os.path.isdir(build_root()) else []
+    why = (f"built only for {', '.join(others)}, not for torch {torch.__version__} on this "
+           f"{cpu_isa()} CPU with this source" if others else "not built")
+    return {"reason": f"the C++ cell is {why}: run fairseq-posattn-build-cell (needs a C++ compiler)"}
+
+
+def unavailable_reason() -> Optional[str]:
+    """None where the cell is loaded (or loads now), else why it is not; logged once."""
+    if not _loaded:
+        _loaded.update(_load())
+        if "reason" in _loaded:
+            logger.warning("%s; the ON-LSTM runs the reference on the CPU", _loaded["reason"])
+    return _loaded.get("reason")
+
+
+def available() -> bool:
+    return unavailable_reason() is None
+
+
+def onlstm_forward(
+    xs: Tensor, w_ih: Tensor, bias: Tensor, w_hh: Tensor, batch_sizes: List[int],
+    hidden: int, chunk_size: int, save: bool,
+) -> Tuple[Tensor, List[Tensor], Tensor]:
+    """The layer's recurrence over packed inputs ``xs [D, N, C]``: hidden states
+    ``[D, N + 1, hidden]`` (row N zero), and with ``save`` the activated gates
+    (one ``[N, G]`` per direction, written over their pre-activations) and the
+    cell states ``[D, N, hidden]`` for :func:`onlstm_backward`."""
+    onednn = packed.onednn_applies(w_hh)
+    if save:  # training: the weights change every update, lay them out anew
+        packed.forget_onednn_layouts(w_ih, w_hh)
+        layouts_ih = packed.onednn_layouts(w_ih, xs.size(1)) if onednn else []
+        layouts_hh = packed.onednn_weights(w_hh, batch_sizes) if onednn else []
+    else:  # inference: the same weights call after call
+        layouts_ih = packed.kept_onednn_layouts(w_ih, xs.size(1)) if onednn else []
+        layouts_hh = (packed.kept_onednn_layouts(w_hh, batch_sizes[0])
+                      if onednn and len(batch_sizes) > 1 else [])
+    xg = packed.direction_matmuls(xs, w_ih, layouts_ih)  # the cell adds the bias
+    acts = xg if save else []  # the gates overwrite their own pre-activations
+    cells, out = packed.state_buffers(xs, batch_sizes, hidden, save)
+    unavailable_reason()
+    _loaded["ops"].forward(xg, bias, w_hh, layouts_hh, batch_sizes, acts, cells, out, chunk_size)
+    return out, acts, cells
+
+
+def onlstm_backward(
+    grad_hs: Tensor, w_hh: Tensor, hs: Tensor, acts: List[Tensor], cells: Tensor,
+    batch_sizes: List[int], hidden: int, chunk_size: int,
+) -> Tuple[List[Tensor], Tensor]:
+    """Back-propagation through time (Hao et al. Eq. 3-9): the gradients of the
+    gates' pre-activations (written over the saved gates, one ``[N, G]`` per
+    direction) and of ``w_hh``."""
+    if len(batch_sizes) == 0:
+        return acts, torch.zeros_like(w_hh)
+    w_t = w_hh.transpose(1, 2)  # [D, G, hidden]
+    layouts = packed.onednn_weights(w_t, batch_sizes) if packed.onednn_applies(w_hh) else []
+    dc = torch.zeros(len(acts), batch_sizes[0], hidden)
+    _loaded["ops"].backward(grad_hs, w_t, layouts, acts, cells, batch_sizes, dc, chunk_size)
+    for a in acts:  # the cell wrote over the saved gates: a second backward must be refused
+        torch.autograd.graph.increment_version(a)
+    return acts, packed.recurrent_weight_grad(hs, acts, w_hh, batch_sizes)
+
+
+def build_main(argv=None) -> None:
+    """``fairseq-posattn-build-cell``: compile the ON-LSTM's C++ cell for this torch and CPU."""
+    parser = argparse.ArgumentParser(prog="fairseq-posattn-build-cell", description=build_main.__doc__)
+    parser.parse_args(argv)
+    print(build())
+
+
+if __name__ == "__main__":
+    build_main()
