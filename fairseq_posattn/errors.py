@@ -3,8 +3,9 @@
 :class:`StructureError` is the error of the tree logic (:mod:`fairseq_posattn.structure`)
 and of every reader of tree-shaped or token-level input; :func:`location` and
 :func:`fail` format ``"<file>, sentence <n>, line <m>: <problem>. <Hint>"`` for it
-and for the other readers of the package.  Imports nothing of the plugin or of
-fairseq, so the pure tree logic can use it.
+and for the other readers of the package.  :class:`DamagedCheckpointError` is
+the error of checkpoint files (:mod:`fairseq_posattn.compat.checkpoint_integrity`).
+Imports nothing of the plugin or of fairseq, so the pure tree logic can use it.
 """
 
 from typing import Optional
@@ -27,6 +28,17 @@ class StructureError(ValueError):
         self.source = source
         self.sentence = sentence
         self.line = line
+
+
+class DamagedCheckpointError(ValueError):
+    """A checkpoint file that cannot be what ``torch.save`` wrote: empty,
+    truncated, a member whose checksum fails, or no torch checkpoint at all.
+    The message names the file, what is wrong and what to do; ``path`` keeps
+    the file."""
+
+    def __init__(self, message: str, path: str):
+        super().__init__(message)
+        self.path = path
 
 
 def location(source: Optional[str] = None, sentence: Optional[int] = None,

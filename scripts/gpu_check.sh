@@ -7,7 +7,9 @@
 #    CPU (float32), in float16 and under fp16 autocast, the fused-kernel counts,
 #    the ON-LSTM recurrence, fairseq-train / fairseq-generate with --fp16 and --bf16;
 #    tests/test_onlstm_triton.py: the ON-LSTM's fused Triton steps against the
-#    reference, compiled; tests/test_onlstm_cpp.py: the CPU's C++ cell built
+#    reference, compiled; tests/test_relative_flash.py: the Triton kernel of Shaw
+#    relative keys and values against the explicit path, compiled;
+#    tests/test_onlstm_cpp.py: the CPU's C++ cell built
 #    against this (CUDA) torch by fairseq-posattn-build-cell; tests/test_standard_flags.py -k cuda:
 #    activation checkpointing, offloading and quant noise on the recurrent layers;
 # 2. fairseq-posattn-bench --device cuda, --fp16 and float32 (every row);
@@ -36,7 +38,8 @@ PY
 status=0  # a failing test does not stop the benchmarks; the script's exit status reports it
 # the CPU's C++ cell, built ahead as scripts/setup_env.sh does (fairseq-posattn-build-cell)
 "$PYTHON" -m fairseq_posattn.modules.onlstm.cpu_cell 2>&1 | tail -n 1 | tee "$OUT/build_cell.log" || status=1
-"$PYTHON" -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_onlstm_triton.py tests/test_onlstm_cpp.py \
+"$PYTHON" -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_onlstm_triton.py tests/test_relative_flash.py \
+    tests/test_onlstm_cpp.py \
     "tests/test_standard_flags.py::test_activation_checkpointing_gives_the_same_gradients" \
     "tests/test_standard_flags.py::test_quant_noise_changes_recurrent_outputs_in_training_only" \
     2>&1 | tee "$OUT/test_cuda.log" || status=1

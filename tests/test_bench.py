@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from fairseq_posattn.bench import checkpoint as checkpoint_bench
 from fairseq_posattn.bench import collate, compiled, recurrent
 from fairseq_posattn.bench import models as bench
 from fairseq_posattn.bench.timing import per_repeat_ratios, ratio_range
@@ -115,3 +116,13 @@ def test_recurrent_bench_reports_each_rows_per_repeat_range(capsys):
         low, high = row["train_ratio_range"]
         assert low <= round(row["train_ratio"], 3) <= high
     assert "ratio [per repeat]" in capsys.readouterr().out
+
+
+def test_checkpoint_bench_times_verifying_and_loading_round_by_round(tmp_path):
+    import torch
+
+    path = tmp_path / "checkpoint.pt"
+    torch.save({"model": {"w": torch.zeros(100)}}, path)
+    times = checkpoint_bench.time_rounds(str(path), 3)
+    assert set(times) == {"verify", "torch.load"}
+    assert all(len(clocks[clock]) == 3 for clocks in times.values() for clock in ("wall", "cpu"))

@@ -174,10 +174,20 @@ GOOD = [tok(1, "a", 2), tok(2, "b", 0, "root"), tok(3, "c", 2)]
 @pytest.mark.parametrize("lines, line, needle", [
     (["1 a _ _ _ _ 2 dep _ _", GOOD[1]], 6, "expected 10 tab-separated columns, found 1"),
     ([GOOD[0], GOOD[1] + "\t_"], 7, "found 11"),
-    (["x\ta\t_\t_\t_\t_\t0\troot\t_\t_"], 6, "ID 'x' is not an integer"),
-    (["0\ta\t_\t_\t_\t_\t0\troot\t_\t_"], 6, "ID '0' is not an integer"),
+    (["x\ta\t_\t_\t_\t_\t0\troot\t_\t_"], 6, "ID 'x' is not a word ID 1, 2, ..."),
+    (["0\ta\t_\t_\t_\t_\t0\troot\t_\t_"], 6, "ID '0' is not a word ID 1, 2, ..."),
+    (["-1\ta\t_\t_\t_\t_\t0\troot\t_\t_"], 6, "ID '-1' is not a word ID 1, 2, ..."),
+    ([tok(99999999999999999999, "a", 0)], 6, "word ID 99999999999999999999 where 1 was expected"),
+    ([tok(1, "a", 0), "2-99999999999999999999\tbc\t_\t_\t_\t_\t_\t_\t_\t_", tok(2, "b", 1)],
+     7, "range 2-99999999999999999999 goes past the last word 2"),
     ([tok(1, "a", "_")], 6, "HEAD '_' of word 1 is not an integer"),
-    ([tok(1, "a", "-1")], 6, "HEAD '-1'"),
+    ([tok(1, "a", "1e3")], 6, "HEAD '1e3' of word 1 is not an integer"),
+    # any integer HEAD, however large or negative, is out of range like any other
+    ([tok(1, "a", "-1")], 6, "HEAD -1 of word 1 'a' is out of range 0..1"),
+    ([tok(1, "a", 0), tok(2, "b", 99999999999999999999)], 7,
+     "HEAD 99999999999999999999 of word 2 'b' is out of range 0..2"),
+    ([tok(1, "a", 0), tok(2, "b", -2 ** 70)], 7, "HEAD %d of word 2 'b' is out of range 0..2"
+     % -2 ** 70),
     ([tok(1, "a", 0), tok(3, "b", 1)], 7, "word ID 3 where 2 was expected"),
     ([tok(1, "a", 0), tok(1, "b", 0)], 7, "blank line between two sentences missing"),
     ([GOOD[0], GOOD[1], tok(3, "c", 7)], 8, "HEAD 7 of word 3 'c' is out of range 0..3"),
@@ -212,8 +222,45 @@ def test_errors_name_file_sentence_line_and_what_to_do(tmp_path, lines, line, ne
 def test_not_utf8(tmp_path):
     path = tmp_path / "latin1.conllu"
     path.write_bytes((doc(GOOD) + tok(1, "caf\xe9", 0)).encode("latin-1"))
-    with pytest.raises(StructureError, match="not valid UTF-8"):
+    with pytest.raises(StructureError, match="line 5: the line is not valid UTF-8"):
         list(read_conllu(path))
+
+
+NEVER_UTF8 = [b"\xff", b"\xfe", b"\xc0", b"\xf8"]  # bytes no UTF-8 text holds
+
+
+@st.composite
+def bad_byte_documents(draw):
+    """A valid CoNLL-U file (multibyte forms, LF or CRLF) as bytes with a byte
+    that is never UTF-8 put into one line, and that line's 1-based number."""
+    lines = [line for s, _ in draw(st.lists(conllu_sentences(), min_size=1, max_size=3))
+             for line in s + [""]]
+    end = draw(st.sampled_from([b"\n", b"\r\n"]))
+    raw = [line.encode("utf-8") for line in lines]
+    i = draw(st.integers(0, len(raw) - 1))
+    at = draw(st.integers(0, len(raw[i])))
+    raw[i] = raw[i][:at] + draw(st.sampled_from(NEVER_UTF8)) + raw[i][at:]
+    return b"".join(line + end for line in raw), i + 1
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(bad_byte_documents(), st.integers(1, 3))
+def test_a_byte_that_is_not_utf8_is_reported_on_its_line(tmp_path, case, every):
+    """Read as a path, as a binary file and in parts (fairseq-posattn-parse's
+    conllu check and fairseq-posattn-preprocess read it that way)."""
+    data, line = case
+    path = tmp_path / "bad.conllu"
+    path.write_bytes(data)
+    index = index_sentences(str(path), every)
+    readings = [lambda: list(read_conllu(path)),
+                lambda: list(read_conllu(io.BytesIO(data), source=str(path))),
+                lambda: [t for k in range(len(index.starts)) for t in index.read_part(k)]]
+    for reading in readings:
+        with pytest.raises(StructureError) as err:
+            reading()
+        assert err.value.line == line
+        assert str(err.value).startswith("%s, line %d: the line is not valid UTF-8" % (path, line))
 
 
 # ---------------------------------------------------------------- reading in parts
@@ -405,7 +452,13 @@ def test_multiword_collapse_matches_the_literal_rule(sents):
 # ---------------------------------------------------------------- fuzz
 
 JUNK = ["", "_", "0", "1", "2", "-1", "99", "1-2", "2-1", "1-9", "3.1", "0.1", "a", " 1",
-        "01", "\u0663", "1_0", "1e3", "\t", "#", "# text = a b", "2-3", "1.0"]
+        "01", "\u0663", "1_0", "1e3", "\t", "#", "# text = a b", "2-3", "1.0",
+        "99999999999999999999", "-99999999999999999999", "1-99999999999999999999",
+        "99999999999999999999.1", "18446744073709551616"]
+# integers of every size: small ones re-attach words, the others are far beyond
+# 64 bits, negative or at the edges of int64
+BIG = st.one_of(st.integers(-(2 ** 200), 2 ** 200), st.integers(2 ** 63 - 2, 2 ** 64 + 2),
+                st.integers(-(2 ** 64) - 2, -(2 ** 63) + 2))
 
 
 @st.composite
@@ -415,7 +468,7 @@ def mutated(draw):
     lines = [line for s, _ in sents for line in s + [""]]
     for _ in range(draw(st.integers(1, 4))):
         op = draw(st.sampled_from(["del", "dup", "swap", "col", "merge", "split", "insert",
-                                   "cut", "head", "head"]))
+                                   "cut", "head", "head", "bigint"]))
         i = draw(st.integers(0, len(lines) - 1)) if lines else 0
         if not lines:
             lines.append(draw(st.sampled_from(JUNK)))
@@ -430,6 +483,14 @@ def mutated(draw):
             cols = lines[i].split("\t")
             if len(cols) == 10:
                 cols[6] = str(draw(st.integers(0, 16)))
+                lines[i] = "\t".join(cols)
+        elif op == "bigint":  # an ID, a range's end or a HEAD of any size
+            cols = lines[i].split("\t")
+            if len(cols) == 10:
+                value = str(draw(BIG))
+                c = draw(st.sampled_from([0, 0, 6, 6, 6]))
+                range_start = cols[0].split("-")[0]
+                cols[c] = "%s-%s" % (range_start, value) if "-" in cols[0] and c == 0 else value
                 lines[i] = "\t".join(cols)
         elif op in ("col", "merge", "split"):
             cols = lines[i].split("\t")

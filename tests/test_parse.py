@@ -303,23 +303,43 @@ def test_conllu_passthrough_match(tmp_path):
     assert trees[0].heads == [2, 3, 0, 3]  # "I" points into "don't"
 
 
-@pytest.mark.parametrize("lines, expect", [
-    (["I do not go .", "Yes"], "sentence 1"),  # tokens differ
-    (["I don't go .", "Yes", "More"], "more lines"),  # a sentence missing
-    (["I don't go ."], "more sentences"),  # a sentence too many
-])
-def test_conllu_passthrough_mismatch(tmp_path, capsys, lines, expect):
+def failed_check(tmp_path, capsys, lines, gold_bytes) -> tuple[Path, str]:
+    """The conllu check of ``lines`` against ``gold_bytes``: it must exit 1
+    without a traceback or an output; (the parse's path, stderr)."""
     inp = write_lines(tmp_path / "in.txt", lines)
     gold = tmp_path / "gold.conllu"
-    gold.write_text(GOLD, encoding="utf-8")
+    gold.write_bytes(gold_bytes)
     out = tmp_path / "out.conllu"
     with pytest.raises(SystemExit) as ex:
         cli_main(["--input", str(inp), "--output", str(out), "--parser", "conllu",
                   "--conllu", str(gold)])
     assert ex.value.code == 1
     err = capsys.readouterr().err
-    assert str(gold) in err and expect in err and "Traceback" not in err
-    assert not out.exists()
+    assert "Traceback" not in err and not out.exists()
+    return gold, err
+
+
+@pytest.mark.parametrize("lines, expect", [
+    (["I do not go .", "Yes"], "sentence 1"),  # tokens differ
+    (["I don't go .", "Yes", "More"], "more lines"),  # a sentence missing
+    (["I don't go ."], "more sentences"),  # a sentence too many
+])
+def test_conllu_passthrough_mismatch(tmp_path, capsys, lines, expect):
+    gold, err = failed_check(tmp_path, capsys, lines, GOLD.encode("utf-8"))
+    assert str(gold) in err and expect in err
+
+
+@pytest.mark.parametrize("damage, expect", [
+    ((b"don't", b"don\xff"), "line 2: the line is not valid UTF-8"),
+    ((b"\tdo\t", b"\td\xc0o\t"), "line 5: the line is not valid UTF-8"),
+    ((b"\t4\tpunct", b"\t99999999999999999999\tpunct"),
+     "sentence 1, line 8: HEAD 99999999999999999999 of word 5 '.' is out of range 0..5"),
+])
+def test_conllu_check_names_the_line_of_a_bad_byte_or_an_extreme_head(tmp_path, capsys, damage,
+                                                                      expect):
+    gold, err = failed_check(tmp_path, capsys, ["I don't go .", "Yes"],
+                             GOLD.encode("utf-8").replace(*damage))
+    assert "%s, %s" % (gold, expect) in err
 
 
 # ---------------------------------------------------------------------------

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from fairseq_posattn.structure import read_conllu, write_conllu
+from fairseq_posattn.structure import piece_structure, read_conllu, write_conllu
 
 from conftest import COMMON_ARGS, TINY_MODEL_ARGS, USER_DIR, read_trees, run, run_cli
-from test_translation_struct import reference_structure
+from test_translation_struct import pieces_of
 
 PUD = Path(os.environ.get("PUD_DIR", "/nonexistent"))
 pytestmark = pytest.mark.skipif(
@@ -82,11 +82,7 @@ def test_translation_struct_batches_match_the_gold_trees(pud_bin):
     for batch in task.get_batch_iterator(dataset, max_sentences=16).next_epoch_itr(shuffle=False):
         net = batch["net_input"]
         for row, sentence in enumerate(batch["id"].tolist()):
-            word, piece_words = 0, []
-            for piece in lines[sentence].split():
-                piece_words.append(word)
-                word += not piece.endswith("@@")
-            depth, rel = reference_structure(english[950 + sentence].heads, piece_words)
+            depth, rel = piece_structure(english[950 + sentence].heads, pieces_of(lines[sentence]))
             cols = net["src_tokens"][row].ne(task.src_dict.pad()).nonzero().flatten()
             assert net["src_depths"][row, cols].tolist() == depth.tolist()
             assert net["src_structural_positions"][row][cols][:, cols].tolist() == rel.tolist()

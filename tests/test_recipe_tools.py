@@ -8,6 +8,7 @@ from collections import Counter
 import pytest
 import torch
 
+from fairseq_posattn.errors import DamagedCheckpointError
 from fairseq_posattn.recipes import arch_plan, checkpoint_average, corpus, scoring
 from fairseq_posattn.structure import words_from_pieces
 
@@ -294,7 +295,7 @@ def test_last_checkpoints_follow_training_order(tmp_path):
     assert [p.rsplit("/", 1)[1] for p in last] == ["checkpoint2.pt", "checkpoint_3_300.pt",
                                                    "checkpoint_last.pt"]
     (tmp_path / "checkpoint_last.pt").write_bytes(b"")
-    with pytest.raises(checkpoint_average.AverageError, match="checkpoint_last.pt is not a complete"):
+    with pytest.raises(DamagedCheckpointError, match="checkpoint_last.pt: the checkpoint is empty"):
         checkpoint_average.last_checkpoints(str(tmp_path), 3)
 
 

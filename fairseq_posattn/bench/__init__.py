@@ -11,5 +11,7 @@ same run (absolute times on shared machines mean little):
 * :mod:`.structure` (``fairseq-posattn-bench-structure``): the structure
   pipeline at scale beside fairseq's own preprocessing and task;
 * :mod:`.compiled` (``fairseq-posattn-bench-compile``): ``torch.compile``
-  against eager on a stream of fairseq-like batch shapes.
+  against eager on a stream of fairseq-like batch shapes;
+* :mod:`.checkpoint` (``python -m fairseq_posattn.bench.checkpoint``):
+  verifying a base-size checkpoint's checksums against ``torch.load`` of it.
 """

@@ -5,6 +5,11 @@ have it, and leaves fairseq unchanged where the behaviour is absent:
 
 * :mod:`.safe_loading`: torch >= 2.6 loads with ``weights_only=True`` and
   refuses fairseq's checkpoints; the globals they need are allow-listed;
+* :mod:`.checkpoint_integrity`: ``torch.load`` ignores the CRC-32s of its zip
+  archives, so a damaged checkpoint loads silently; fairseq's loads verify them;
+* :mod:`.interactive_lines`: ``fairseq-interactive`` stops at a line longer
+  than the model's positions and translates an empty line silently; such lines
+  are truncated (``--truncate-source``) or skipped, with a warning naming them;
 * :mod:`.user_dir`: ``--user-dir`` pointing at a second copy of the plugin
   raises in fairseq's ``import_user_module``; the imported copy is kept;
 * :mod:`.last_batch`: fairseq-fixed's ``batch_by_size`` drops an epoch's last
@@ -15,12 +20,15 @@ have it, and leaves fairseq unchanged where the behaviour is absent:
   plugin options; they are kept.
 """
 
-from . import bf16, hydra, last_batch, safe_loading, user_dir
+from . import (bf16, checkpoint_integrity, hydra, interactive_lines, last_batch,
+               safe_loading, user_dir)
 
 
 def install() -> None:
     """Install every repair (idempotent)."""
     safe_loading.install()
+    checkpoint_integrity.install()
+    interactive_lines.install()
     user_dir.install()
     last_batch.install()
     bf16.install()

@@ -11,7 +11,8 @@ in constant memory and in ``--workers`` processes.
 
 A tree whose words differ from the words the pieces spell, a missing or extra
 tree, or a piece count that differs from the binarized source is an error
-naming the file, line and sentence.
+naming the file, line and sentence.  Source and target files of different
+line counts are refused, naming both, before anything is written.
 
 ``--control-trees left-neighbour|random-projective`` writes, instead of each
 parse, a deliberately wrong tree over the same words (see
@@ -34,6 +35,7 @@ from fairseq.data import data_utils
 from fairseq_cli import preprocess
 from tqdm import tqdm
 
+from ..errors import fail
 from ..structure import (CONTROL_TREES, SCHEMES, StructureError, encode_piece_tree,
                          piece_word_map, words_from_pieces)
 from ..structure.conllu_io import SentenceIndex, index_sentences
@@ -68,6 +70,27 @@ def split_prefixes(args):
     for kind, prefixes in (("valid", args.validpref), ("test", args.testpref)):
         for k, prefix in enumerate(prefixes.split(",") if prefixes else []):
             yield f"{kind}{k if k > 0 else ''}", prefix
+
+
+def count_lines(path: str) -> int:
+    """The lines of a text file as fairseq's binarizer reads them (universal newlines)."""
+    with open(path, encoding="utf-8", errors="surrogateescape") as f:
+        return sum(1 for _ in f)
+
+
+def refuse_unequal_sides(args) -> None:
+    """Every split's source and target files have as many lines."""
+    if args.only_source or not args.target_lang:
+        return
+    for _, prefix in split_prefixes(args):
+        paths = [f"{prefix}.{lang}" for lang in (args.source_lang, args.target_lang)]
+        if not all(os.path.exists(path) for path in paths):
+            continue  # fairseq-preprocess names the missing file
+        source, target = (count_lines(path) for path in paths)
+        if source != target:
+            raise fail(f"{paths[0]} has {source} lines but {paths[1]} has {target}",
+                       "line i of one side must translate line i of the other: align the two "
+                       "files (remove the extra lines or restore the missing ones) and rerun")
 
 
 PART = 10_000  # sentences per unit of work; fixed, so the output does not depend on --workers
@@ -157,6 +180,7 @@ def write_trees(args, split: str, input_prefix: str) -> int:
 
 
 def main(args):
+    refuse_unequal_sides(args)
     if not args.trees_only:
         preprocess.main(args)
     for split, prefix in split_prefixes(args):

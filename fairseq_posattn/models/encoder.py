@@ -18,6 +18,7 @@ from fairseq.modules import (
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from fairseq.modules.quant_noise import quant_noise as apply_quant_noise
 from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
 
 from ..modules.attention_config import PositionAttentionConfig
 from ..modules.attention_context import AttentionContext, gather_time, right_padding_order
@@ -30,6 +31,28 @@ from ..modules.structural_positions import DepthEmbedding, PositionFusion
 
 
 logger = logging.getLogger(__name__)
+
+
+def update_batch_norm_statistics_once(layer: nn.Module) -> None:
+    """Under fairseq's ``checkpoint_wrapper`` a training forward runs twice:
+    without gradients, then again in the backward.  As fairscale's
+    ``patch_batchnorm`` does for its checkpointing (fairseq's has no such
+    patch), the layer's batch normalisations leave their running statistics
+    alone in the pass without gradients, so that they move once per step, as
+    without checkpointing."""
+
+    def pause(norm, inputs):
+        if not torch.is_grad_enabled():
+            norm.tracking_before_pause, norm.track_running_stats = norm.track_running_stats, False
+
+    def resume(norm, inputs, output):
+        if not torch.is_grad_enabled():
+            norm.track_running_stats = norm.tracking_before_pause
+
+    for module in layer.modules():
+        if isinstance(module, _BatchNorm):
+            module.register_forward_pre_hook(pause)
+            module.register_forward_hook(resume)
 
 
 class PositionAwareEncoder(FairseqEncoder):
@@ -143,6 +166,7 @@ class PositionAwareEncoder(FairseqEncoder):
         CPU in between; FSDP wraps it under ``--ddp-backend fully_sharded``."""
         checkpoint = cfg.checkpoint_activations or cfg.offload_activations
         if checkpoint:
+            update_batch_norm_statistics_once(layer)
             layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
         return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not checkpoint else 0)
 

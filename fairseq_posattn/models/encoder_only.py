@@ -12,7 +12,12 @@ import argparse
 from fairseq.models import BaseFairseqModel
 
 from .encoder import PositionAwareEncoder
-from .transformer_posattn import PositionAwareTransformerModel, check_encoder_options
+from .transformer_posattn import (
+    PositionAwareTransformerModel,
+    check_encoder_options,
+    check_every_parameter_gets_a_gradient,
+    keep_encoder_layers,
+)
 
 # the head name fairseq's sentence_prediction criterion asks for by default
 HEAD_NAME = "sentence_classification_head"
@@ -51,11 +56,20 @@ class PositionAwareEncoderModel(BaseFairseqModel):
                 group._add_action(action)
 
     @staticmethod
-    def build_position_aware_encoder(args, dictionary) -> PositionAwareEncoder:
+    def prepare_encoder_args(args) -> None:
+        """What ``transformer_posattn``'s ``build_model`` does to the encoder's
+        flags before it builds the encoder: refuse those the encoder cannot
+        honour, and keep ``--encoder-layers-to-keep`` layers."""
+        check_encoder_options(args)
+        check_every_parameter_gets_a_gradient(args)
+        keep_encoder_layers(args)
+
+    @classmethod
+    def build_position_aware_encoder(cls, args, dictionary) -> PositionAwareEncoder:
         """The encoder that ``transformer_posattn`` would build for ``args``
         (token embeddings of ``--encoder-embed-dim``, ``--encoder-embed-path``
-        if given), after checking its options."""
-        check_encoder_options(args)
+        if given), after :meth:`prepare_encoder_args`."""
+        cls.prepare_encoder_args(args)
         embed_tokens = PositionAwareTransformerModel.build_embedding(
             args, dictionary, args.encoder_embed_dim, args.encoder_embed_path
         )

@@ -78,6 +78,16 @@ def check_attention_layer_flags(args, block_size: int) -> None:
             )
 
 
+def keep_encoder_layers(args) -> None:
+    """fairseq's ``--encoder-layers-to-keep`` (LayerDrop's pruning, Fan et al.
+    2019) as ``TransformerModel.build_model`` applies it, for the models that
+    are no ``TransformerModel``: the encoder gets that many layers, and
+    loading a checkpoint prunes its ``encoder.layers.N`` to them
+    (``checkpoint_utils.prune_state_dict``)."""
+    if getattr(args, "encoder_layers_to_keep", None):
+        args.encoder_layers = len(args.encoder_layers_to_keep.split(","))
+
+
 def check_every_parameter_gets_a_gradient(args) -> None:
     """Refuse LayerDrop under PyTorch's DistributedDataParallel without
     ``--find-unused-parameters``.

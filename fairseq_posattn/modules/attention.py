@@ -21,6 +21,13 @@ the logits' additive part (score terms + mask) to PyTorch's fused
 float32; otherwise it runs the explicit path above.  Score terms are summed in
 float32 on both paths (cast to the query's dtype only to enter the fused
 kernel, which requires it).
+
+A layer whose terms are exactly Shaw relative keys and values of one or two
+position sets (``--relative-positions``, ``--structural-relative-positions``,
+``transformer_struct``) runs instead, when nothing needs its weights, the
+flash-style Triton kernel of :mod:`.relative_flash`, which computes both terms
+inside the attention: on CUDA by default, on the CPU only when asked for
+(``relative_kernel="triton"``, under Triton's interpreter).
 """
 
 from typing import Optional, Sequence, Tuple
@@ -31,8 +38,11 @@ from fairseq.modules.fairseq_dropout import FairseqDropout
 from fairseq.modules.quant_noise import quant_noise
 from torch import Tensor, nn
 
+from . import relative_flash
 from .attention_context import AttentionContext
 from .precision import at_least_float32
+
+RELATIVE_KERNELS = ("auto", "explicit", "triton")
 
 
 class PositionAwareSelfAttention(nn.Module):
@@ -51,6 +61,11 @@ class PositionAwareSelfAttention(nn.Module):
         value_terms: modules ``(probs, context) -> [B, H, T, d_h]`` added to
             the attended values.
         fused: allow the fused kernel when the terms permit it.
+        relative_kernel: what computes Shaw relative keys and values when they
+            are the only terms: ``auto`` (the Triton kernel of
+            :mod:`.relative_flash` on CUDA where Triton is installed, the
+            explicit path elsewhere), ``explicit``, or ``triton`` (the kernel
+            on any device, the CPU under ``TRITON_INTERPRET=1``).
     """
 
     def __init__(
@@ -66,12 +81,19 @@ class PositionAwareSelfAttention(nn.Module):
         q_noise: float = 0.0,
         qn_block_size: int = 8,
         fused: bool = True,
+        relative_kernel: str = "auto",
     ):
         super().__init__()
         if embed_dim % num_heads:
             raise ValueError(
                 f"embed_dim {embed_dim} is not divisible by num_heads {num_heads}"
             )
+        if relative_kernel not in RELATIVE_KERNELS:
+            raise ValueError(
+                f"relative_kernel {relative_kernel!r} is not one of {', '.join(RELATIVE_KERNELS)}"
+            )
+        if relative_kernel == "triton" and relative_flash.triton is None:
+            raise ValueError("relative_kernel 'triton' needs the triton package (pip install triton)")
         self.embed_dim = embed_dim
         self.num_heads = num_heads
         self.head_dim = embed_dim // num_heads
@@ -100,6 +122,7 @@ class PositionAwareSelfAttention(nn.Module):
         self.probability_terms = nn.ModuleList(probability_terms)
         self.value_terms = nn.ModuleList(value_terms)
         self.fused = fused
+        self.relative_kernel = relative_kernel
         # True: every call returns its weights (as with need_weights), so that
         # forward hooks see them (fairseq_posattn.analysis.attention_maps)
         self.expose_weights = False
@@ -169,10 +192,13 @@ class PositionAwareSelfAttention(nn.Module):
         if key_padding_mask is not None:
             key_padding_mask = key_padding_mask.to(torch.bool)
         q, k, v = self._project(x)
-        bias = self._score_bias(q, x, context)
+        flash = self._runs_relative_flash(q, need_weights)
+        bias = None if flash else self._score_bias(q, x, context)
 
         weights = None
-        if self._can_fuse(bias, need_weights):
+        if flash:
+            out = self._relative_flash(q, k, v, key_padding_mask, context)
+        elif self._can_fuse(bias, need_weights):
             out = F.scaled_dot_product_attention(
                 q,
                 k,
@@ -200,6 +226,37 @@ class PositionAwareSelfAttention(nn.Module):
 
         out = out.permute(2, 0, 1, 3).reshape(length, batch, self.embed_dim)
         return self.out_proj(out), weights
+
+    def _runs_relative_flash(self, q: Tensor, need_weights: bool) -> bool:
+        """The Triton kernel of :mod:`.relative_flash` serves when the terms
+        are exactly Shaw keys and values of one or two position sets (no other
+        score term, no probability term), nothing needs the probabilities, the
+        inputs are float32 or half, and the kernel is asked for here: on CUDA
+        with Triton (``auto``), on any device (``triton``)."""
+        return (
+            self.relative_kernel != "explicit"
+            and not need_weights
+            and len(self.probability_terms) == 0
+            and q.dtype in relative_flash.DTYPES
+            and (self.relative_kernel == "triton" or (q.is_cuda and relative_flash.triton is not None))
+            and relative_flash.shaw_pairs(self.score_terms, self.value_terms) is not None
+        )
+
+    def _relative_flash(
+        self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor], context: AttentionContext
+    ) -> Tensor:
+        """Shaw keys and values (Eq. 3-4) of each position set inside the Triton kernel."""
+        position_sets = [
+            (context.buckets(keys.positions, keys.clip, relative_flash.bucket_dtype(keys.clip)),
+             keys.embedding, values.embedding)
+            for keys, values in relative_flash.shaw_pairs(self.score_terms, self.value_terms)
+        ]
+        dropout = self._dropout_active() and self.dropout_module.p > 0
+        return relative_flash.relative_flash_attention(
+            q, k, v, key_padding_mask, position_sets,
+            dropout_p=self.dropout_module.p if dropout else 0.0,
+            seed=relative_flash.draw_seed() if dropout else 0,
+        )
 
     def _can_fuse(self, bias: Optional[Tensor], need_weights: bool) -> bool:
         """The fused kernel serves when nothing needs the probabilities and no

@@ -70,7 +70,7 @@ class AttentionContext:
         self.length = length
         self.device = device
         self._relative_positions = dict(relative_positions or {})
-        self._buckets: Dict[Tuple[str, int], Tensor] = {}
+        self._buckets: Dict[Tuple[str, int, torch.dtype], Tensor] = {}
 
     def relative_positions(self, name: str) -> Tensor:
         if name not in self._relative_positions:
@@ -84,14 +84,18 @@ class AttentionContext:
             )
         return self._relative_positions[name]
 
-    def buckets(self, name: str, clip: int) -> Tensor:
+    def buckets(self, name: str, clip: int, dtype: torch.dtype = torch.long) -> Tensor:
         """Rows ``0..2*clip`` of a relative-position table for the named
-        positions clipped to ``-clip..clip`` (int64, as ``gather`` wants);
+        positions clipped to ``-clip..clip`` (int64, as ``gather`` wants; the
+        Triton kernel of :mod:`.relative_flash` reads a smaller ``dtype``);
         made once per forward pass, for every layer and term with that clip."""
-        key = (name, clip)
+        key = (name, clip, dtype)
         if key not in self._buckets:
-            positions = self.relative_positions(name)
-            self._buckets[key] = positions.long().clamp(-clip, clip) + clip
+            if dtype == torch.long:
+                positions = self.relative_positions(name)
+                self._buckets[key] = positions.long().clamp(-clip, clip) + clip
+            else:
+                self._buckets[key] = self.buckets(name, clip).to(dtype)
         return self._buckets[key]
 
 

@@ -31,6 +31,9 @@ from typing import List, Optional, Sequence, Tuple
 
 import torch
 
+from ..compat.checkpoint_integrity import verify_checkpoint
+from ..errors import DamagedCheckpointError
+
 _UPDATE_CHECKPOINT = re.compile(r"^checkpoint_(\d+)_(\d+)\.pt$")
 _EPOCH_CHECKPOINT = re.compile(r"^checkpoint(\d+)\.pt$")
 
@@ -51,10 +54,16 @@ def training_order(name: str) -> Optional[Tuple[int, float]]:
     return None
 
 
+def load_verified(path: str, **kwargs) -> dict:
+    """``torch.load`` of ``path`` (on the CPU) once its checksums are verified."""
+    verify_checkpoint(path)
+    return torch.load(path, map_location="cpu", **kwargs)
+
+
 def updates_of(path: str) -> int:
     """The number of updates after which fairseq saved the checkpoint ``path``."""
     try:
-        state = torch.load(path, map_location="cpu", mmap=True)
+        state = load_verified(path, mmap=True)
         return int(state["optimizer_history"][-1]["num_updates"])
     except (RuntimeError, EOFError, KeyError, IndexError, TypeError) as exc:
         raise AverageError("%s is not a complete fairseq checkpoint (%s: %s); delete it or "
@@ -103,7 +112,7 @@ def average_model_states(states: Sequence[dict], names: Sequence[str]) -> "Order
 
 
 def average_checkpoints(paths: Sequence[str]) -> dict:
-    states = [torch.load(p, map_location="cpu") for p in paths]
+    states = [load_verified(p) for p in paths]
     result = states[-1]
     result["model"] = average_model_states(states, paths)
     return result
@@ -126,7 +135,7 @@ def main(argv=None) -> None:
         else:
             paths = args.inputs
         state = average_checkpoints(paths)
-    except (AverageError, OSError) as exc:
+    except (AverageError, DamagedCheckpointError, OSError) as exc:
         sys.exit("checkpoint_average: error: %s" % exc)
     tmp = args.output + ".tmp"
     torch.save(state, tmp)

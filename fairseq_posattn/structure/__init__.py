@@ -12,18 +12,19 @@ from .conllu_io import read_conllu, write_conllu
 from .control_trees import CONTROL_TREES
 from ..errors import StructureError
 from .pieces import (SCHEMES, SUBWORD_MODELS, decode_piece_tree, encode_piece_tree,
-                     piece_word_map, words_from_pieces)
+                     piece_word_map, segment_pieces, words_from_pieces)
 from .tree import (
     RULES,
     DependencyTree,
     check_tree,
     collapse_multiword_tokens,
+    piece_structure,
     relative_structural_positions,
     tree_depths,
 )
 
 __all__ = [
     "CONTROL_TREES", "RULES", "SCHEMES", "SUBWORD_MODELS", "DependencyTree", "StructureError", "batch_encoded_structure", "batch_piece_structure", "batch_trees_of_pieces",
-    "check_tree", "collapse_multiword_tokens", "decode_piece_tree", "encode_piece_tree", "piece_word_map", "read_conllu", "relative_structural_positions",
-    "tree_depths", "words_from_pieces", "write_conllu",
+    "check_tree", "collapse_multiword_tokens", "decode_piece_tree", "encode_piece_tree", "piece_structure", "piece_word_map", "read_conllu", "relative_structural_positions",
+    "segment_pieces", "tree_depths", "words_from_pieces", "write_conllu",
 ]

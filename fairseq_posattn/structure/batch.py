@@ -1,12 +1,16 @@
 """Piece-level structural positions for a whole batch at once.
 
-Wang et al. (2019), Sec. 3.1: sub-words share their word's absolute
-structural position (depth), the end-of-sentence symbol takes the first
-integer above the tree's maximum depth, and relative structural positions
-follow Eq. 6 (see :func:`relative_structural_positions`).  This is the data
-collater's hot path, so it is vectorised over the batch: ancestors by
-repeated parent look-ups in one batch-wide parent array, then row copies from
-words to pieces.
+The positions are defined, one sentence at a time, by
+:func:`~fairseq_posattn.structure.tree.piece_structure` (Wang et al. 2019,
+Sec. 3.1, Eq. 5-6: sub-words take their word's depth and relations, EOS is
+placed below the tree).  This module computes the same values for the data
+collater's batches, vectorised: ancestors by repeated parent look-ups in one
+batch-wide parent array, then row copies from words to pieces, laid out and
+padded like fairseq's source tokens.
+``tests/test_structure.py::test_batch_equals_the_definition_sentence_by_sentence``
+checks, on random trees and both rules, that every sentence of a batch
+equals :func:`piece_structure` (pieces, EOS, truncation, left and right
+padding), so a rule changed in ``tree.py`` must be changed here too.
 """
 
 from typing import Callable, List, Optional, Sequence, Tuple
@@ -15,11 +19,17 @@ import numpy as np
 import torch
 
 from ..errors import fail
-from .pieces import piece_word_map, words_from_pieces
+from .pieces import segment_pieces
 from .tree import _check_rule
 
 _HINT_PIECES = ("pass piece_word_map() of the sentence's pieces as piece_words; those "
                 "pieces must spell the tree's words")
+
+
+def _check_options(rule: str, max_pieces: Optional[int]) -> None:
+    _check_rule(rule)
+    if max_pieces is not None and max_pieces < 0:
+        raise ValueError("max_pieces must be >= 0, got %d" % max_pieces)
 
 
 def _ragged(arrays: Sequence[np.ndarray], what: str) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -81,17 +91,15 @@ def batch_piece_structure(heads: Sequence[np.ndarray], piece_words: Sequence[np.
                           max_pieces: Optional[int] = None, left_pad: bool = False,
                           width: Optional[int] = None,
                           ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Depths and relative structural positions of the pieces of B sentences.
+    """Depths and relative structural positions of the pieces of B sentences:
+    for each sentence, :func:`~fairseq_posattn.structure.tree.piece_structure`
+    of its ``heads[b]``, ``piece_words[b]``, ``rule``, ``append_eos`` and
+    ``max_pieces`` (fairseq's ``--truncate-source``), padded into one batch.
 
     ``heads[b]``: 1-based heads of sentence b's words (0 = root; a forest is
     fine); ``piece_words[b]``: the 0-based word of each of its pieces (as
     :func:`piece_word_map` gives it: starts at 0, grows by 0 or 1, ends at
-    the last word).  Pieces take their word's depth and relate as their
-    words do (pieces of one word at 0).  ``max_pieces`` keeps only the first
-    pieces (fairseq's ``--truncate-source``); kept pieces keep their
-    full-tree values.  ``append_eos`` adds one position after the kept pieces
-    with depth (the whole tree's maximum depth) + 1 (0 for an empty sentence),
-    related to every piece by rule 2, ``sign(k - q) * (d_k + d_q)``.
+    the last word); both are checked.
 
     Returns ``depth [B, L]`` and ``rel [B, L, L]`` (``rel[b, q, k]``: key k
     seen from query q, unclipped) in the smallest signed integer type that
@@ -101,12 +109,10 @@ def batch_piece_structure(heads: Sequence[np.ndarray], piece_words: Sequence[np.
     if larger; sentences are right-padded, or left-padded with ``left_pad``
     (fairseq's layout of the source tokens).
     """
-    _check_rule(rule)
+    _check_options(rule, max_pieces)
     if len(heads) != len(piece_words):
         raise ValueError("%d head arrays but %d piece_words arrays"
                          % (len(heads), len(piece_words)))
-    if max_pieces is not None and max_pieces < 0:
-        raise ValueError("max_pieces must be >= 0, got %d" % max_pieces)
     n_words, flat_heads, word_pos = _ragged(heads, "heads")
     n_pieces, flat_pw, piece_pos = _ragged(piece_words, "piece_words")
     _check_heads(n_words, flat_heads, word_pos)
@@ -122,9 +128,7 @@ def batch_encoded_structure(trees: Sequence[np.ndarray], rule: str = "figure",
     """:func:`batch_piece_structure` of sentences whose trees are encoded by
     :func:`~fairseq_posattn.structure.pieces.encode_piece_tree` (the tree
     files' values), decoded for the whole batch at once."""
-    _check_rule(rule)
-    if max_pieces is not None and max_pieces < 0:
-        raise ValueError("max_pieces must be >= 0, got %d" % max_pieces)
+    _check_options(rule, max_pieces)
     n_pieces, flat, piece_pos = _ragged(trees, "trees")
     begins = flat != 0
     begun = np.concatenate(([0], np.cumsum(begins)))  # words begun before each piece
@@ -250,13 +254,13 @@ def batch_trees_of_pieces(pieces: Sequence[Sequence[str]], scheme: str,
     lists of the sentences that have words, returns each one's 1-based heads
     (a parser, given trees, or random trees).  An empty sentence is EOS alone.
     """
-    words = [words_from_pieces(p, scheme) for p in pieces]
+    segmented = [segment_pieces(p, scheme) for p in pieces]  # (piece_words, words)
+    words = [w for _, w in segmented]
     heads = [np.zeros(0, dtype=np.int64)] * len(words)
     to_parse = [b for b, w in enumerate(words) if w]
     if to_parse:
         for b, h in zip(to_parse, parse([words[b] for b in to_parse])):
             heads[b] = np.asarray(h, dtype=np.int64)
-    depth, rel, _ = batch_piece_structure(
-        heads, [piece_word_map(p, scheme) for p in pieces], rule=rule, left_pad=left_pad,
-        width=width)
+    depth, rel, _ = batch_piece_structure(heads, [m for m, _ in segmented], rule=rule,
+                                          left_pad=left_pad, width=width)
     return depth, rel

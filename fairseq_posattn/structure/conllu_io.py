@@ -26,7 +26,7 @@ PathOrFile = Union[str, "os.PathLike[str]", IO[str]]
 _WORD_ID = re.compile(r"[1-9][0-9]*")
 _RANGE_ID = re.compile(r"([1-9][0-9]*)-([1-9][0-9]*)")
 _EMPTY_NODE_ID = re.compile(r"[0-9]+\.[1-9][0-9]*")
-_HEAD = re.compile(r"[0-9]+")
+_HEAD = re.compile(r"-?[0-9]+")  # a negative one is read, to be out of range
 _METADATA = re.compile(r"#\s*(sent_id|text)\s*=(.*)")
 _COLUMNS = ("id", "form", "lemma", "upos", "xpos", "feats", "head", "deprel", "deps", "misc")
 
@@ -146,8 +146,8 @@ def _open(path_or_file: PathOrFile, mode: str, source: Optional[str]):
     """(file, close it?, name)."""
     if isinstance(path_or_file, (str, os.PathLike)):
         name = source if source is not None else os.fspath(path_or_file)
-        if mode == "r":
-            return open(path_or_file, "r", encoding="utf-8-sig"), True, name
+        if mode == "r":  # bytes: each line decoded alone, so errors name their line
+            return open(path_or_file, "rb"), True, name
         return open(path_or_file, "w", encoding="utf-8", newline="\n"), True, name
     if source is None:
         source = getattr(path_or_file, "name", None)
@@ -218,13 +218,16 @@ def read_conllu(path_or_file: PathOrFile, texts: Optional[Iterable[str]] = None,
 
 
 def _decoded_lines(handle, name: Optional[str], first_line: int = 1) -> Iterator[str]:
-    lineno = first_line - 1
-    try:
-        for lineno, raw in enumerate(handle, first_line):
-            yield raw.decode("utf-8") if isinstance(raw, bytes) else raw
-    except UnicodeDecodeError as exc:
-        raise fail("the file is not valid UTF-8 (%s)" % exc, "convert it to UTF-8",
-                   source=name, line=lineno + 1) from None
+    """The lines of a text or binary file; a binary line that is not UTF-8 is
+    an error naming its line."""
+    for lineno, line in enumerate(handle, first_line):
+        if isinstance(line, bytes):
+            try:
+                line = line.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise fail("the line is not valid UTF-8 (%s)" % exc, "convert the file to UTF-8",
+                           source=name, line=lineno) from None
+        yield line
 
 
 def _comment(block: _Block, line: str, lineno: int) -> None:
@@ -266,7 +269,7 @@ def _token_line(block: _Block, line: str, lineno: int, name: Optional[str]) -> N
         return  # empty node: enhanced dependencies only
     m = _RANGE_ID.fullmatch(tid)
     if not m:
-        raise error("ID %r is not an integer (nor a range a-b, nor an empty node i.j)" % tid,
+        raise error("ID %r is not a word ID 1, 2, ..., a range a-b or an empty node i.j" % tid,
                     _HINT_IDS)
     a, b = int(m.group(1)), int(m.group(2))
     if a >= b:
@@ -296,7 +299,7 @@ def _finish(block: _Block, name: Optional[str], text_lines: Optional[Iterator[st
         a, b, _, line = block.ranges[-1]
         raise error("multiword range %d-%d goes past the last word %d" % (a, b, n), _HINT_IDS,
                     line)
-    _, problem = analyse_heads(np.asarray(block.heads, dtype=np.int64), block.forms)
+    _, problem = analyse_heads(_head_array(block.heads), block.forms)
     if problem is not None:
         word, what, hint = problem
         raise error(what, hint, block.lines[word] if word >= 0 else first)
@@ -313,6 +316,15 @@ def _finish(block: _Block, name: Optional[str], text_lines: Optional[Iterator[st
                         % (block.number - 1), _HINT_REPARSE)
         _compare(words, text.split(), block.number, error)
     return tree
+
+
+def _head_array(heads: List[int]) -> np.ndarray:
+    """The heads as int64, or as Python integers where one is too large for
+    int64 (it is out of range then, and :func:`analyse_heads` says so)."""
+    try:
+        return np.asarray(heads, dtype=np.int64)
+    except OverflowError:
+        return np.asarray(heads, dtype=object)
 
 
 def _unless_blank(column: List[str]) -> Optional[List[str]]:

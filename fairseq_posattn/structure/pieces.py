@@ -76,16 +76,33 @@ def _segment(pieces: Sequence[str], scheme: str, where: str) -> Tuple[List[int],
     return word_of, words
 
 
+def segment_pieces(pieces: Sequence[str], scheme: str, where: str = ""
+                   ) -> Tuple[np.ndarray, List[str]]:
+    """(:func:`piece_word_map`, :func:`words_from_pieces`) of ``pieces``,
+    segmented once."""
+    word_of, words = _segment(pieces, scheme, where)
+    return np.asarray(word_of, dtype=np.int64), words
+
+
 def words_from_pieces(pieces: Sequence[str], scheme: str, where: str = "") -> List[str]:
     """The words that ``pieces`` spell under ``scheme`` (see the module doc).
     Raises :class:`StructureError` on pieces that spell no word sequence."""
     return _segment(pieces, scheme, where)[1]
 
 
+def end_cut_word(pieces: Sequence[str], scheme: str) -> List[str]:
+    """``pieces`` of a sentence cut short (``--truncate-source``): under
+    ``subword_nmt``, a last piece that continued into a cut-off one ends its
+    word (``["the", "un@@"]`` -> ``["the", "un"]``)."""
+    if scheme == "subword_nmt" and pieces and pieces[-1].endswith(BPE_CONTINUATION):
+        return [*pieces[:-1], pieces[-1][:-len(BPE_CONTINUATION)]]
+    return list(pieces)
+
+
 def piece_word_map(pieces: Sequence[str], scheme: str, where: str = "") -> np.ndarray:
     """The 0-based word of each piece (int64): it starts at 0 and grows by 0
     or 1 from piece to piece, as :func:`batch_piece_structure` expects."""
-    return np.asarray(_segment(pieces, scheme, where)[0], dtype=np.int64)
+    return segment_pieces(pieces, scheme, where)[0]
 
 
 def encode_piece_tree(heads: Sequence[int], piece_words: Sequence[int]) -> np.ndarray:

@@ -4,6 +4,14 @@ Wang et al. (2019), *Self-Attention with Structural Position Representations*,
 Sec. 3.1: the absolute structural position of a word is its depth in the
 dependency tree (Eq. 5, the root = the main verb at depth 0); the relative
 structural position of two words follows two hierarchical rules (Eq. 6).
+
+This module is the definition of those positions: :func:`tree_depths`,
+:func:`relative_structural_positions` and, over one sentence's subword
+pieces with its EOS, :func:`piece_structure`.  The collater's vectorised
+batch version (:mod:`fairseq_posattn.structure.batch`) is tested to equal
+:func:`piece_structure` sentence by sentence
+(``tests/test_structure.py::test_batch_equals_the_definition_sentence_by_sentence``):
+a change to a rule here fails that test until ``batch.py`` follows.
 """
 
 from dataclasses import dataclass, field
@@ -159,20 +167,50 @@ def relative_structural_positions(heads: Sequence[int], rule: str = "figure") ->
       ``sign(k - q) * (d_k + d_q)``.
     """
     _check_rule(rule)
-    h, d = _validated(heads)
-    n = len(h)
-    idx = np.arange(n)
-    parent = np.where(h == 0, idx, h - 1)
-    on_path = np.eye(n, dtype=bool)  # on_path[q, k]: k is q or an ancestor of q
-    cur = idx
-    for _ in range(int(d.max()) if n else 0):
-        cur = parent[cur]
-        on_path[idx, cur] = True
-    on_path |= on_path.T
-    sign = np.sign(idx[None, :] - idx[:, None])
-    dq, dk = d[:, None], d[None, :]
-    same_path = sign * np.abs(dk - dq) if rule == "figure" else dk - dq
-    return np.where(on_path, same_path, sign * (dk + dq)).astype(np.int64)
+    h, depth = _validated(heads)  # Eq. 5: d_i, the depth of word i
+    words = np.arange(len(h))
+    parent = np.where(h == 0, words, h - 1)  # a root is its own parent
+    ancestor_or_self = np.eye(len(h), dtype=bool)  # [q, a]: a is q or above q
+    above = words
+    for _ in range(depth.max(initial=0)):  # climb one arc per step
+        above = parent[above]
+        ancestor_or_self[words, above] = True
+    one_path = ancestor_or_self | ancestor_or_self.T  # Eq. 6: the condition of rule 1
+    sign = np.sign(words[None, :] - words[:, None])  # sign(k - q)
+    d_q, d_k = depth[:, None], depth[None, :]
+    rule_1 = sign * np.abs(d_k - d_q) if rule == "figure" else d_k - d_q  # Eq. 6, rule 1
+    rule_2 = sign * (d_k + d_q)  # Eq. 6, rule 2
+    return np.where(one_path, rule_1, rule_2)
+
+
+def piece_structure(heads: Sequence[int], piece_words: Sequence[int], rule: str = "figure",
+                    append_eos: bool = True, max_pieces: Optional[int] = None,
+                    ) -> Tuple[np.ndarray, np.ndarray]:
+    """One sentence's depths ``[P]`` and relative structural positions
+    ``[P, P]`` (int64, unclipped) over its pieces, as the encoder sees them.
+
+    ``heads``: 1-based heads of the words (0 = root); ``piece_words``: the
+    0-based word of each piece (:func:`~fairseq_posattn.structure.pieces.piece_word_map`).
+    Sub-words take their word's positions (Sec. 3.1), so the pieces of one
+    word relate at 0.  ``max_pieces`` keeps the first pieces with their
+    full-tree values (fairseq's ``--truncate-source``).  ``append_eos`` adds
+    the EOS this plugin places below the whole tree: depth (maximum depth) +
+    1, its own root, so it relates to every piece by rule 2.
+    """
+    depth = tree_depths(heads)  # Eq. 5
+    relative = relative_structural_positions(heads, rule)  # Eq. 6
+    kept = np.asarray(piece_words, dtype=np.int64)[:max_pieces]  # --truncate-source
+    piece_depth = depth[kept]  # Sec. 3.1: a sub-word takes its word's depth
+    piece_relative = relative[np.ix_(kept, kept)]  # ... and its word's relations
+    if not append_eos:
+        return piece_depth, piece_relative
+    eos_depth = depth.max(initial=-1) + 1  # below the deepest word; 0 without words
+    n = len(kept) + 1
+    with_eos = np.zeros((n, n), dtype=np.int64)
+    with_eos[:-1, :-1] = piece_relative
+    with_eos[:-1, -1] = piece_depth + eos_depth  # Eq. 6, rule 2, EOS after the piece
+    with_eos[-1, :-1] = -(piece_depth + eos_depth)  # Eq. 6, rule 2, the piece before EOS
+    return np.append(piece_depth, eos_depth), with_eos
 
 
 def multiword_representatives(n_tokens: int, token_of_word: Sequence[int],

@@ -24,6 +24,7 @@ from ..data.parsers import PARSER_HELP, PARSERS, build_parser
 from ..data.tree_dataset import TreeLanguagePairDataset
 from ..data.tree_files import blocks, load_trees, refuse_mismatch
 from ..structure import SCHEMES, StructureError, batch_trees_of_pieces
+from ..structure.pieces import end_cut_word
 
 logger = logging.getLogger(__name__)
 
@@ -126,13 +127,16 @@ class TranslationStructTask(TranslationTask):
 
     def parse_source(self, src_tokens):
         """Trees of a padded batch of source pieces, laid out like the pieces:
-        rebuild the words (``--subword-scheme``), parse them (``--parser``) and
-        project the trees back onto the pieces."""
+        rebuild the words (``--subword-scheme``; with ``--truncate-source`` a
+        word cut off at the end is the pieces of it that were kept), parse
+        them (``--parser``) and project the trees back onto the pieces."""
         pad, eos = self.src_dict.pad(), self.src_dict.eos()
         pieces = [
             [self.src_dict[t] for t in row if t != pad and t != eos]
             for row in src_tokens.tolist()
         ]
+        if self.cfg.truncate_source:  # fairseq-interactive may cut a line inside a word
+            pieces = [end_cut_word(row, self.cfg.subword_scheme) for row in pieces]
         depths, relative = batch_trees_of_pieces(
             pieces, self.cfg.subword_scheme,
             lambda words: [tree.heads for tree in self.parser().parse(words)],

@@ -7,8 +7,9 @@ classifier of Bilan & Roth (2018) for ``--task relation_classification``.
   ``--ner-tag-embed-dim``), plus an embedding of each token's (binned)
   distance to the object ("adding object position embeddings to the word
   embeddings"; ``--no-object-position-input`` leaves it out).
-* Encoder: :class:`PositionAwareEncoder` (every position option applies; the
-  paper uses ``--query-relative-positions``, Sec. 3.1.1) whose layers are
+* Encoder: :class:`PositionAwareEncoder` (every position and recurrence
+  option applies, and fairseq's encoder flags but pre-norm; the paper uses
+  ``--query-relative-positions``, Sec. 3.1.1) whose layers are
   :class:`RelationEncoderLayer` (Sec. 3.1.2: ``--encoder-norm batch``,
   ``--encoder-residual single``, ``--encoder-ffn-activation rrelu``,
   ``--encoder-init kaiming``).
@@ -33,17 +34,13 @@ from fairseq.modules import FairseqDropout
 from torch import nn
 
 from ...modules.attention_config import PositionAttentionConfig
+from ...modules.recurrence_config import RecurrenceConfig
 from .entity_positions import PositionAwareAttention, bin_distances, distance_radius
 from ...modules.pooling import masked_max
 from .encoder_layer import RelationEncoderLayer, RelationLayerOptions
 from ..encoder import PositionAwareEncoder
 from ..encoder_only import HEAD_NAME, PositionAwareEncoderModel
-from ..transformer_posattn import (
-    PositionAwareTransformerModel,
-    _set_unset,
-    check_encoder_options,
-    transformer_posattn,
-)
+from ..transformer_posattn import PositionAwareTransformerModel, _set_unset, transformer_posattn
 
 LAYER_CHOICES = {
     "encoder_norm": ("layer", "batch"),
@@ -61,14 +58,17 @@ def distance_table(rows: int, dim: int) -> nn.Embedding:
 
 
 class RelationEncoder(PositionAwareEncoder):
-    """:class:`PositionAwareEncoder` with :class:`RelationEncoderLayer` layers."""
+    """:class:`PositionAwareEncoder` with :class:`RelationEncoderLayer` layers,
+    wrapped as fairseq wraps its encoder layers (activation checkpointing)."""
 
-    def __init__(self, cfg, attention_cfg, dictionary, embed_tokens, layer_options: RelationLayerOptions):
+    def __init__(self, cfg, attention_cfg, dictionary, embed_tokens, layer_options: RelationLayerOptions,
+                 recurrence_cfg: RecurrenceConfig):
         self.layer_options = layer_options
-        super().__init__(cfg, attention_cfg, dictionary, embed_tokens)
+        super().__init__(cfg, attention_cfg, dictionary, embed_tokens, recurrence_cfg)
 
     def build_encoder_layer(self, cfg, layer_index: int):
-        return RelationEncoderLayer(cfg, self.attention_cfg, layer_index, self.layer_options)
+        return self._wrap_layer(cfg, RelationEncoderLayer(cfg, self.attention_cfg, layer_index,
+                                                          self.layer_options))
 
 
 @register_model("relation_classifier")
@@ -112,7 +112,7 @@ class PositionAwareRelationClassifier(PositionAwareEncoderModel):
     @classmethod
     def build_model(cls, args, task):
         relation_classifier(args)
-        check_encoder_options(args)
+        cls.prepare_encoder_args(args)
         width = args.encoder_embed_dim
         word_dim = width - args.pos_tag_embed_dim - args.ner_tag_embed_dim
         if word_dim < 1:
@@ -135,7 +135,7 @@ class PositionAwareRelationClassifier(PositionAwareEncoderModel):
         )
         encoder = RelationEncoder(
             TransformerConfig.from_namespace(args), PositionAttentionConfig.from_namespace(args),
-            task.source_dictionary, words, layer_options,
+            task.source_dictionary, words, layer_options, RecurrenceConfig.from_namespace(args),
         )
         rows = 2 * distance_radius(args.max_source_positions, not args.raw_entity_positions) + 1
         object_input = None if args.no_object_position_input else distance_table(rows, width)

@@ -8,6 +8,11 @@ the plugin's :class:`PositionAwareSelfAttention`, so every option of
 :class:`PositionAttentionConfig` applies; named architectures give the rows
 of the paper's Table 2.
 
+fairseq's encoder flags (LayerDrop, activation checkpointing, quant noise,
+the embedding flags) are no options of this model, so fairseq-train refuses
+them; ``--encoder-layers-to-keep``, which only ``--model-overrides`` can
+give, keeps that many layers as fairseq's Transformer does.
+
 Differences from the authors' Keras code: attention has fairseq's output
 projection and biases; padding is masked (their fixed-length inputs were
 not); position embeddings are added to the whole input vector (word and
@@ -29,7 +34,7 @@ from torch import nn
 from ...modules.attention_config import EncoderOptions, PositionAttentionConfig
 from .word_features import CharacterCNN, WordFeatures, load_word_vectors, read_vector_width
 from .residual_encoder import ResidualAttentionEncoder
-from ..transformer_posattn import DUFTER_ROWS, _paper_row, _set_unset
+from ..transformer_posattn import DUFTER_ROWS, _paper_row, _set_unset, keep_encoder_layers
 
 logger = logging.getLogger(__name__)
 
@@ -81,6 +86,7 @@ class PositionAwareTagger(BaseFairseqModel):
     @classmethod
     def build_model(cls, args, task):
         posattn_tagger(args)
+        keep_encoder_layers(args)  # given by --model-overrides: the parser has no such flag
         options = TaggerOptions.from_namespace(args)
         attention_cfg = PositionAttentionConfig.from_namespace(args)
         if attention_cfg.uses_structure():

@@ -1,0 +1,449 @@
+"""Shaw relative keys and values inside one flash-style Triton attention kernel.
+
+Shaw, Uszkoreit & Vaswani (2018), Eq. 3-4, for one or two sets of relative
+positions (sequential, and Wang et al. 2019's structural positions)::
+
+    e_ij = q_i (k_j + sum_s a^K_s[b_s(i, j)])^T / sqrt(d_h)               (Eq. 4)
+    z_i  = sum_j p~_ij (v_j + sum_s a^V_s[b_s(i, j)])                      (Eq. 3)
+
+with ``b_s(i, j)`` the clipped relative position of set ``s`` as a row of
+its ``2k+1``-row tables, ``p = softmax(e)`` over the keys (padded keys at
+float32's most negative value, as on the explicit path) and ``p~`` the
+probabilities after dropout.
+
+The forward walks the keys block by block with an online softmax (Dao et
+al. 2022): the key term is ``q_i . A^K_s^T`` per table row, gathered by the
+buckets; beside the output accumulator each query row keeps its dropped
+probability mass per bucket of each set (``[BLOCK_M, 2k+1]``), rescaled with
+the accumulator, and adds its product with the value table at the end.
+Nothing of size ``[B, H, T, T]`` is kept: the backward recomputes the
+probabilities from each row's maximum and normaliser and regenerates the
+dropout mask from its Philox seed.  One backward kernel runs over query
+blocks (``dq``, and per bucket the score gradient for ``dA^K`` and the
+probability mass for ``dA^V``), one over key blocks (``dk``, ``dv``); the
+value side reaches the scores as ``dO . A^V_s^T`` gathered like the key side.
+Each query-block program writes its table gradients to its own slot and the
+slots are summed afterwards (no atomics: the sums are reproducible).
+
+Logits, softmax and the bucket masses are float32 in every input precision;
+float32 matmuls follow ``torch.backends.cuda.matmul.allow_tf32`` as PyTorch's
+do.  Triton is optional (:data:`triton` is None without it); on the CPU the
+kernels run under Triton's interpreter (``TRITON_INTERPRET=1``).
+"""
+
+import os
+from typing import List, Optional, Sequence, Tuple
+
+import torch
+from torch import Tensor, nn
+
+from .relative_positions import RelativeKeys, RelativeValues
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # pragma: no cover - exercised where triton is absent
+    triton = None
+
+__all__ = ["DTYPES", "dropout_keep", "draw_seed", "relative_flash_attention", "shaw_pairs", "triton"]
+
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # what the kernels compute in
+MIN_DOT = 16  # tl.dot wants every side of a tile at least this long
+
+if triton is not None:
+    _PAD_LOGIT = tl.constexpr(torch.finfo(torch.float32).min)  # as the explicit path masks
+
+    @triton.jit
+    def _tile(ptr, rows, cols, row_stride, n_rows, n_cols, other):
+        """``ptr[rows[:, None] * row_stride + cols[None, :]]``, ``other`` outside ``n_rows x n_cols``."""
+        mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
+        return tl.load(ptr + rows[:, None] * row_stride + cols[None, :], mask=mask, other=other)
+
+    @triton.jit
+    def _query_tile(ptr, rows, dims, stride_t, T, D, FLOAT32_DOTS: tl.constexpr):
+        """A block of query rows in the dtype every ``tl.dot`` of the kernels
+        multiplies in: the input's, float32 where ``FLOAT32_DOTS``."""
+        q = _tile(ptr, rows, dims, stride_t, T, D, 0.0)
+        if FLOAT32_DOTS:
+            q = q.to(tl.float32)
+        return q
+
+    @triton.jit
+    def _bucket_sums(x, buckets, R: tl.constexpr, R_PAD: tl.constexpr):
+        """``out[i, r] = sum_j x[i, j]`` over the keys ``j`` with ``buckets[i, j] == r``."""
+        columns = tl.arange(0, R_PAD)[None, :]
+        out = tl.zeros((x.shape[0], R_PAD), dtype=tl.float32)
+        for r in range(R):
+            out += tl.where(columns == r, tl.sum(tl.where(buckets == r, x, 0.0), 1)[:, None], 0.0)
+        return out
+
+    @triton.jit
+    def _per_row(x, table_ptr, R: tl.constexpr, R_PAD: tl.constexpr, dims, D, PRECISION: tl.constexpr):
+        """``x @ table^T``, ``[BLOCK, R_PAD]`` float32: a row's product with every table row."""
+        table = _tile(table_ptr, tl.arange(0, R_PAD), dims, D, R, D, 0.0)
+        return tl.dot(x, tl.trans(table.to(x.dtype)), input_precision=PRECISION)
+
+    @triton.jit
+    def _to_table(x, table_ptr, R: tl.constexpr, R_PAD: tl.constexpr, dims, D, PRECISION: tl.constexpr):
+        """``x @ table``, ``[BLOCK, D_PAD]`` float32, for per-bucket weights ``x`` ``[BLOCK, R_PAD]``."""
+        table = _tile(table_ptr, tl.arange(0, R_PAD), dims, D, R, D, 0.0)
+        return tl.dot(x, table.to(tl.float32), input_precision=PRECISION)
+
+    @triton.jit
+    def _kept(seed, bh, rows, cols, T, dropout_p):
+        """The dropout mask of a tile: Philox numbers of ``(b, h, i, j)`` against ``dropout_p``."""
+        offsets = (bh * T + rows[:, None]).to(tl.int64) * T + cols[None, :]
+        return tl.rand(seed, offsets) >= dropout_p
+
+    @triton.jit
+    def _logits(q, k, qa0, qa1, b0, b1, pads, cols, T, scale,
+                TWO_SETS: tl.constexpr, PRECISION: tl.constexpr):
+        """``e_ij`` of a tile (Eq. 4) in float32: padded keys at float32's most
+        negative value, columns past ``T`` at ``-inf`` (no key at all)."""
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) + tl.gather(qa0, b0, 1)
+        if TWO_SETS:
+            s += tl.gather(qa1, b1, 1)
+        s = tl.where(pads[None, :] != 0, _PAD_LOGIT, s * scale)
+        return tl.where(cols[None, :] < T, s, float("-inf"))
+
+    @triton.jit
+    def _tile_grads(q, k, v, do, qa0, qa1, da0, da1, b0, b1, pads, row_max, row_sum, delta,
+                    seed, dropout_p, bh, rows, cols, T, scale,
+                    TWO_SETS: tl.constexpr, DROPOUT: tl.constexpr, PRECISION: tl.constexpr):
+        """A tile's dropped probabilities ``p~`` and score gradient ``dS`` (float32),
+        recomputed from each row's maximum and normaliser."""
+        s = _logits(q, k, qa0, qa1, b0, b1, pads, cols, T, scale, TWO_SETS, PRECISION)
+        p = tl.exp(s - row_max[:, None]) / row_sum[:, None]
+        p = tl.where(rows[:, None] < T, p, 0.0)
+        # dL/dp~_ij = dO_i . (v_j + sum_s a^V_s[b_s(i, j)])
+        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION) + tl.gather(da0, b0, 1)
+        if TWO_SETS:
+            dp += tl.gather(da1, b1, 1)
+        dropped = p
+        if DROPOUT:
+            keep = _kept(seed, bh, rows, cols, T, dropout_p)
+            dropped = tl.where(keep, p / (1.0 - dropout_p), 0.0)
+            dp = tl.where(keep, dp / (1.0 - dropout_p), 0.0)
+        # no gradient reaches a padded key's logit (the explicit path overwrites it)
+        return dropped, tl.where(pads[None, :] != 0, 0.0, p * (dp - delta[:, None]))
+
+    @triton.jit
+    def _row_block(Q, DO, M, L, DELTA, AK0, AV0, AK1, AV1, base, bh, rows, dims, stride_t, T, D,
+                   R0: tl.constexpr, R1: tl.constexpr, R0_PAD: tl.constexpr, R1_PAD: tl.constexpr,
+                   TWO_SETS: tl.constexpr, FLOAT32_DOTS: tl.constexpr, PRECISION: tl.constexpr):
+        """What the backward reads of a block of query rows: ``q``, ``dO``, the
+        rows' maximum, normaliser and ``dO . O``, and their products with the
+        key tables (``q A^K^T``) and the value tables (``dO A^V^T``)."""
+        q = _query_tile(Q + base, rows, dims, stride_t, T, D, FLOAT32_DOTS)
+        do = _tile(DO + base, rows, dims, stride_t, T, D, 0.0).to(q.dtype)
+        row_max = tl.load(M + bh * T + rows, mask=rows < T, other=0.0)
+        row_sum = tl.load(L + bh * T + rows, mask=rows < T, other=1.0)
+        delta = tl.load(DELTA + bh * T + rows, mask=rows < T, other=0.0)
+        do32 = do.to(tl.float32)
+        qa0 = _per_row(q, AK0, R0, R0_PAD, dims, D, PRECISION)
+        da0 = _per_row(do32, AV0, R0, R0_PAD, dims, D, PRECISION)
+        qa1 = qa0
+        da1 = da0
+        if TWO_SETS:
+            qa1 = _per_row(q, AK1, R1, R1_PAD, dims, D, PRECISION)
+            da1 = _per_row(do32, AV1, R1, R1_PAD, dims, D, PRECISION)
+        return q, do, row_max, row_sum, delta, qa0, qa1, da0, da1
+
+    @triton.jit
+    def _key_block(K, V, PADS, B0, B1, base, b, rows, cols, dims, stride_t, bucket_b0, bucket_b1, T, D,
+                   HAS_PADS: tl.constexpr, TWO_SETS: tl.constexpr, dtype: tl.constexpr):
+        """What every kernel reads of a block of keys for a block of query rows:
+        ``k``, ``v``, which keys are pads, and the buckets of both sets (int32)."""
+        k = _tile(K + base, cols, dims, stride_t, T, D, 0.0).to(dtype)
+        v = _tile(V + base, cols, dims, stride_t, T, D, 0.0).to(dtype)
+        pads = tl.zeros(cols.shape, dtype=tl.int8)
+        if HAS_PADS:
+            pads = tl.load(PADS + b * T + cols, mask=cols < T, other=0).to(tl.int8)
+        b0 = _tile(B0 + b * bucket_b0, rows, cols, T, T, T, 0).to(tl.int32)
+        b1 = b0
+        if TWO_SETS:
+            b1 = _tile(B1 + b * bucket_b1, rows, cols, T, T, T, 0).to(tl.int32)
+        return k, v, pads, b0, b1
+
+    @triton.jit(do_not_specialize=["seed"])
+    def _forward(
+        Q, K, V, OUT, M, L, PADS, B0, AK0, AV0, B1, AK1, AV1,
+        seed, dropout_p, scale, stride_b, stride_h, stride_t, bucket_b0, bucket_b1, H, T, D,
+        R0: tl.constexpr, R1: tl.constexpr, R0_PAD: tl.constexpr, R1_PAD: tl.constexpr,
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+        TWO_SETS: tl.constexpr, HAS_PADS: tl.constexpr, DROPOUT: tl.constexpr,
+        FLOAT32_DOTS: tl.constexpr, PRECISION: tl.constexpr,
+    ):
+        """One block of query rows of one sentence and head: ``z`` (Eq. 3), the
+        rows' softmax maximum ``M`` and normaliser ``L``."""
+        bh = tl.program_id(1)
+        b = bh // H
+        base = b * stride_b + (bh % H) * stride_h
+        rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        dims = tl.arange(0, BLOCK_D)
+        q = _query_tile(Q + base, rows, dims, stride_t, T, D, FLOAT32_DOTS)
+        qa0 = _per_row(q, AK0, R0, R0_PAD, dims, D, PRECISION)
+        qa1 = qa0
+        if TWO_SETS:
+            qa1 = _per_row(q, AK1, R1, R1_PAD, dims, D, PRECISION)
+        row_max = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
+        row_sum = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+        mass0 = tl.zeros((BLOCK_M, R0_PAD), dtype=tl.float32)  # p~ per bucket of each set
+        mass1 = tl.zeros((BLOCK_M, R1_PAD), dtype=tl.float32)
+        for start in range(0, T, BLOCK_N):
+            cols = start + tl.arange(0, BLOCK_N)
+            k, v, pads, b0, b1 = _key_block(K, V, PADS, B0, B1, base, b, rows, cols, dims, stride_t,
+                                            bucket_b0, bucket_b1, T, D, HAS_PADS, TWO_SETS, q.dtype)
+            s = _logits(q, k, qa0, qa1, b0, b1, pads, cols, T, scale, TWO_SETS, PRECISION)
+            new_max = tl.maximum(row_max, tl.max(s, 1))
+            rescale = tl.exp(row_max - new_max)
+            p = tl.exp(s - new_max[:, None])
+            row_sum = row_sum * rescale + tl.sum(p, 1)
+            if DROPOUT:
+                p = tl.where(_kept(seed, bh, rows, cols, T, dropout_p), p / (1.0 - dropout_p), 0.0)
+            acc = acc * rescale[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+            mass0 = mass0 * rescale[:, None] + _bucket_sums(p, b0, R0, R0_PAD)
+            if TWO_SETS:
+                mass1 = mass1 * rescale[:, None] + _bucket_sums(p, b1, R1, R1_PAD)
+            row_max = new_max
+        acc += _to_table(mass0, AV0, R0, R0_PAD, dims, D, PRECISION)
+        if TWO_SETS:
+            acc += _to_table(mass1, AV1, R1, R1_PAD, dims, D, PRECISION)
+        out = acc / row_sum[:, None]
+        mask = (rows[:, None] < T) & (dims[None, :] < D)
+        out_at = OUT + base + rows[:, None] * stride_t + dims[None, :]
+        tl.store(out_at, out.to(OUT.dtype.element_ty), mask=mask)
+        tl.store(M + bh * T + rows, row_max, mask=rows < T)
+        tl.store(L + bh * T + rows, row_sum, mask=rows < T)
+
+    @triton.jit(do_not_specialize=["seed"])
+    def _backward_rows(
+        Q, K, V, DO, DQ, M, L, DELTA, PADS, B0, AK0, AV0, B1, AK1, AV1,
+        DAK0, DAV0, DAK1, DAV1,
+        seed, dropout_p, scale, stride_b, stride_h, stride_t, bucket_b0, bucket_b1, H, T, D,
+        R0: tl.constexpr, R1: tl.constexpr, R0_PAD: tl.constexpr, R1_PAD: tl.constexpr,
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+        TWO_SETS: tl.constexpr, HAS_PADS: tl.constexpr, DROPOUT: tl.constexpr,
+        FLOAT32_DOTS: tl.constexpr, PRECISION: tl.constexpr,
+    ):
+        """One block of query rows: ``dq``, and this block's share of the table
+        gradients ``dA^K_s = scale * G_s^T q`` and ``dA^V_s = W_s^T dO``, with
+        ``G_s``, ``W_s`` the score gradient and the dropped probabilities per
+        bucket, written to the block's own slot of ``DAK*``, ``DAV*``."""
+        bh = tl.program_id(1)
+        b = bh // H
+        base = b * stride_b + (bh % H) * stride_h
+        rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        dims = tl.arange(0, BLOCK_D)
+        q, do, row_max, row_sum, delta, qa0, qa1, da0, da1 = _row_block(
+            Q, DO, M, L, DELTA, AK0, AV0, AK1, AV1, base, bh, rows, dims, stride_t, T, D,
+            R0, R1, R0_PAD, R1_PAD, TWO_SETS, FLOAT32_DOTS, PRECISION)
+        dq = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+        grad0 = tl.zeros((BLOCK_M, R0_PAD), dtype=tl.float32)
+        mass0 = tl.zeros((BLOCK_M, R0_PAD), dtype=tl.float32)
+        grad1 = tl.zeros((BLOCK_M, R1_PAD), dtype=tl.float32)
+        mass1 = tl.zeros((BLOCK_M, R1_PAD), dtype=tl.float32)
+        for start in range(0, T, BLOCK_N):
+            cols = start + tl.arange(0, BLOCK_N)
+            k, v, pads, b0, b1 = _key_block(K, V, PADS, B0, B1, base, b, rows, cols, dims, stride_t,
+                                            bucket_b0, bucket_b1, T, D, HAS_PADS, TWO_SETS, q.dtype)
+            dropped, ds = _tile_grads(q, k, v, do, qa0, qa1, da0, da1, b0, b1, pads, row_max, row_sum,
+                                      delta, seed, dropout_p, bh, rows, cols, T, scale,
+                                      TWO_SETS, DROPOUT, PRECISION)
+            dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)
+            grad0 += _bucket_sums(ds, b0, R0, R0_PAD)
+            mass0 += _bucket_sums(dropped, b0, R0, R0_PAD)
+            if TWO_SETS:
+                grad1 += _bucket_sums(ds, b1, R1, R1_PAD)
+                mass1 += _bucket_sums(dropped, b1, R1, R1_PAD)
+        dq += _to_table(grad0, AK0, R0, R0_PAD, dims, D, PRECISION)
+        if TWO_SETS:
+            dq += _to_table(grad1, AK1, R1, R1_PAD, dims, D, PRECISION)
+        mask = (rows[:, None] < T) & (dims[None, :] < D)
+        tl.store(DQ + base + rows[:, None] * stride_t + dims[None, :], (dq * scale).to(DQ.dtype.element_ty),
+                 mask=mask)
+        slot = bh * tl.num_programs(0) + tl.program_id(0)
+        q32 = q.to(tl.float32)
+        do32 = do.to(tl.float32)
+        _store_table_grad(DAK0 + slot * R0 * D, grad0 * scale, q32, R0, R0_PAD, dims, D, PRECISION)
+        _store_table_grad(DAV0 + slot * R0 * D, mass0, do32, R0, R0_PAD, dims, D, PRECISION)
+        if TWO_SETS:
+            _store_table_grad(DAK1 + slot * R1 * D, grad1 * scale, q32, R1, R1_PAD, dims, D, PRECISION)
+            _store_table_grad(DAV1 + slot * R1 * D, mass1, do32, R1, R1_PAD, dims, D, PRECISION)
+
+    @triton.jit
+    def _store_table_grad(ptr, per_bucket, x, R: tl.constexpr, R_PAD: tl.constexpr, dims, D,
+                          PRECISION: tl.constexpr):
+        """``ptr[r] = sum_i per_bucket[i, r] x_i``: a block's share of a table gradient."""
+        grad = tl.dot(tl.trans(per_bucket), x, input_precision=PRECISION)
+        table_rows = tl.arange(0, R_PAD)
+        mask = (table_rows[:, None] < R) & (dims[None, :] < D)
+        tl.store(ptr + table_rows[:, None] * D + dims[None, :], grad, mask=mask)
+
+    @triton.jit(do_not_specialize=["seed"])
+    def _backward_keys(
+        Q, K, V, DO, DK, DV, M, L, DELTA, PADS, B0, AK0, AV0, B1, AK1, AV1,
+        seed, dropout_p, scale, stride_b, stride_h, stride_t, bucket_b0, bucket_b1, H, T, D,
+        R0: tl.constexpr, R1: tl.constexpr, R0_PAD: tl.constexpr, R1_PAD: tl.constexpr,
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+        TWO_SETS: tl.constexpr, HAS_PADS: tl.constexpr, DROPOUT: tl.constexpr,
+        FLOAT32_DOTS: tl.constexpr, PRECISION: tl.constexpr,
+    ):
+        """One block of keys: ``dk = scale * dS^T q`` and ``dv = p~^T dO``."""
+        bh = tl.program_id(1)
+        b = bh // H
+        base = b * stride_b + (bh % H) * stride_h
+        cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        dims = tl.arange(0, BLOCK_D)
+        dk = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
+        dv = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
+        for start in range(0, T, BLOCK_M):
+            rows = start + tl.arange(0, BLOCK_M)
+            q, do, row_max, row_sum, delta, qa0, qa1, da0, da1 = _row_block(
+                Q, DO, M, L, DELTA, AK0, AV0, AK1, AV1, base, bh, rows, dims, stride_t, T, D,
+                R0, R1, R0_PAD, R1_PAD, TWO_SETS, FLOAT32_DOTS, PRECISION)
+            k, v, pads, b0, b1 = _key_block(K, V, PADS, B0, B1, base, b, rows, cols, dims, stride_t,
+                                            bucket_b0, bucket_b1, T, D, HAS_PADS, TWO_SETS, q.dtype)
+            dropped, ds = _tile_grads(q, k, v, do, qa0, qa1, da0, da1, b0, b1, pads, row_max, row_sum,
+                                      delta, seed, dropout_p, bh, rows, cols, T, scale,
+                                      TWO_SETS, DROPOUT, PRECISION)
+            dk += tl.dot(tl.trans(ds).to(q.dtype), q, input_precision=PRECISION)
+            dv += tl.dot(tl.trans(dropped).to(do.dtype), do, input_precision=PRECISION)
+        mask = (cols[:, None] < T) & (dims[None, :] < D)
+        offsets = base + cols[:, None] * stride_t + dims[None, :]
+        tl.store(DK + offsets, (dk * scale).to(DK.dtype.element_ty), mask=mask)
+        tl.store(DV + offsets, dv.to(DV.dtype.element_ty), mask=mask)
+
+    @triton.jit(do_not_specialize=["seed"])
+    def _dropout_keep(OUT, seed, dropout_p, T, BLOCK: tl.constexpr):
+        """The kernels' dropout mask of one sentence and head, ``[T, T]``."""
+        bh = tl.program_id(0)
+        rows = tl.arange(0, BLOCK)
+        keep = _kept(seed, bh, rows, rows, T, dropout_p)
+        mask = (rows[:, None] < T) & (rows[None, :] < T)
+        tl.store(OUT + bh * T * T + rows[:, None] * T + rows[None, :], keep.to(tl.int8), mask=mask)
+
+
+def shaw_pairs(score_terms: Sequence[nn.Module], value_terms: Sequence[nn.Module]
+               ) -> Optional[List[Tuple[RelativeKeys, RelativeValues]]]:
+    """The Shaw (keys, values) pairs of one or two position sets when they are
+    all of a layer's score and value terms (what the kernel computes), else None."""
+    if len(score_terms) != len(value_terms) or not 1 <= len(value_terms) <= 2:
+        return None
+    pairs = list(zip(score_terms, value_terms))
+    for keys, values in pairs:
+        if (type(keys) is not RelativeKeys or type(values) is not RelativeValues
+                or (keys.positions, keys.clip) != (values.positions, values.clip)):
+            return None
+    return pairs
+
+
+def bucket_dtype(clip: int) -> torch.dtype:
+    """The smallest integer type of the bucket rows ``0..2*clip`` the kernels read."""
+    return torch.int8 if 2 * clip <= torch.iinfo(torch.int8).max else torch.int32
+
+
+def draw_seed() -> int:
+    """A Philox seed for the kernels' dropout, from torch's CPU generator (so
+    ``torch.manual_seed`` and activation checkpointing replay it)."""
+    return int(torch.randint(0, 2**31 - 1, ()))
+
+
+def dropout_keep(seed: int, dropout_p: float, batch_heads: int, length: int, device) -> Tensor:
+    """``[batch_heads, T, T]`` bool: the probabilities the kernels keep for
+    ``seed`` (the same Philox numbers), for tests."""
+    out = torch.empty(batch_heads, length, length, dtype=torch.int8, device=device)
+    _dropout_keep[(batch_heads,)](out, seed, dropout_p, length, BLOCK=_padded(length))
+    return out.bool()
+
+
+def _padded(n: int) -> int:
+    return max(MIN_DOT, triton.next_power_of_2(n))
+
+
+def _block_size(length: int) -> int:
+    """Query and key rows per tile: at least ``tl.dot``'s 16, 64 for long inputs."""
+    return 16 if length <= 32 else 32 if length <= 128 else 64
+
+
+def _in_layout(x: Tensor, like: Tensor) -> Tensor:
+    """``x`` with the strides of ``like`` (one set of strides serves every
+    ``[B, H, T, D]`` tensor of the kernels)."""
+    return x if x.stride() == like.stride() else torch.empty_like(like, dtype=x.dtype).copy_(x)
+
+
+class _RelativeFlashAttention(torch.autograd.Function):
+    """Set 1 is ``None`` with one set of positions; the kernels then read set
+    0's tensors in its place and never use them."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, pads, dropout_p, seed, buckets0, keys0, values0, buckets1, keys1, values1):
+        batch, heads, length, head_dim = q.shape
+        two_sets = buckets1 is not None
+        if not two_sets:
+            buckets1, keys1, values1 = buckets0, keys0, values0
+        k, v = _in_layout(k, q), _in_layout(v, q)
+        out = torch.empty_like(q)
+        stats = torch.empty(2, batch * heads, length, dtype=torch.float32, device=q.device)  # M, L
+        block = _block_size(length)
+        ctx.launch = dict(
+            seed=seed, dropout_p=dropout_p, scale=head_dim**-0.5,
+            stride_b=q.stride(0), stride_h=q.stride(1), stride_t=q.stride(2),
+            bucket_b0=buckets0.stride(0), bucket_b1=buckets1.stride(0), H=heads, T=length, D=head_dim,
+            R0=keys0.size(0), R1=keys1.size(0), R0_PAD=_padded(keys0.size(0)), R1_PAD=_padded(keys1.size(0)),
+            BLOCK_M=block, BLOCK_N=block, BLOCK_D=_padded(head_dim), TWO_SETS=two_sets,
+            HAS_PADS=pads is not None, DROPOUT=dropout_p > 0,
+            # Triton's interpreter multiplies bfloat16 tiles as raw bits: float32 there
+            FLOAT32_DOTS=q.dtype == torch.bfloat16 and os.environ.get("TRITON_INTERPRET") == "1",
+            PRECISION="tf32" if torch.backends.cuda.matmul.allow_tf32 else "ieee",
+        )
+        pads = q.new_empty(0, dtype=torch.uint8) if pads is None else pads.contiguous().view(torch.uint8)
+        tables = (buckets0, keys0, values0, buckets1, keys1, values1)
+        _forward[(triton.cdiv(length, block), batch * heads)](
+            q, k, v, out, stats[0], stats[1], pads, *tables, **ctx.launch)
+        ctx.save_for_backward(q, k, v, out, stats, pads, *tables)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, out, stats, pads, *tables = ctx.saved_tensors
+        launch = ctx.launch
+        grad_out = _in_layout(grad_out, q)
+        delta = (grad_out.float() * out.float()).sum(-1).flatten(0, 1)  # dO_i . z_i
+        row_blocks = triton.cdiv(launch["T"], launch["BLOCK_M"])
+        slots = row_blocks * delta.size(0)  # one per program of _backward_rows
+        tables_learned = tables[1:3] + (tables[4:6] if launch["TWO_SETS"] else [])  # a^K, a^V of each set
+        table_grads = [torch.empty(slots, *table.shape, dtype=torch.float32, device=q.device)
+                       for table in tables_learned]
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        _backward_rows[(row_blocks, delta.size(0))](
+            q, k, v, grad_out, dq, stats[0], stats[1], delta, pads, *tables,
+            *table_grads, *([] if launch["TWO_SETS"] else table_grads), **launch)
+        _backward_keys[(triton.cdiv(launch["T"], launch["BLOCK_N"]), delta.size(0))](
+            q, k, v, grad_out, dk, dv, stats[0], stats[1], delta, pads, *tables, **launch)
+        grads = [grad.sum(0).to(table.dtype) for grad, table in zip(table_grads, tables_learned)]
+        dk0, dv0, dk1, dv1 = grads + [None] * (4 - len(grads))
+        return dq, dk, dv, None, None, None, None, dk0, dv0, None, dk1, dv1
+
+
+def relative_flash_attention(
+    q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor],
+    position_sets: Sequence[Tuple[Tensor, Tensor, Tensor]], dropout_p: float = 0.0, seed: int = 0,
+) -> Tensor:
+    """Attention with Shaw relative keys and values of one or two position sets.
+
+    Args:
+        q, k, v: ``[B, H, T, d_h]`` (float32, float16 or bfloat16), ``q`` not yet scaled.
+        key_padding_mask: ``[B, T]`` bool, True at pads, or None.
+        position_sets: per set ``(buckets, a^K, a^V)``: ``[B or 1, T, T]``
+            contiguous table rows (:func:`bucket_dtype`) and the ``[2k+1, d_h]`` tables.
+        dropout_p, seed: attention dropout and its Philox seed.
+
+    Returns:
+        ``[B, H, T, d_h]``, laid out as ``q``.
+    """
+    batch, _, length, _ = q.shape
+    sets = [(buckets.expand(batch, length, length), keys, values) for buckets, keys, values in position_sets]
+    second = sets[1] if len(sets) == 2 else (None, None, None)
+    return _RelativeFlashAttention.apply(q, k, v, key_padding_mask, dropout_p, seed, *sets[0], *second)

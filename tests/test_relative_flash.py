@@ -1,0 +1,257 @@
+"""The Triton kernel of Shaw relative keys and values (``modules/relative_flash.py``)
+against the explicit path and the loop reference.
+
+On a machine without a GPU the kernels run in Triton's interpreter on the CPU
+(``TRITON_INTERPRET=1``, set by conftest.py); with one, compiled, on CUDA
+(``scripts/gpu_check.sh``).  A layer with ``relative_kernel="triton"`` against
+the same layer's explicit path in float64: the output and every gradient (the
+projections' weights carry ``dq``, ``dk``, ``dv``; both key and both value
+tables), sequential and structural positions, one set and both, a table wider
+than the sentence, pads anywhere and sentences without a real key, lengths
+that do not fill the 16-row blocks and T=1; half precision to its rounding;
+dropout against the kernel's own mask; and which layers take the kernel.
+"""
+
+import copy
+import os
+
+import pytest
+import torch
+from torch import nn
+
+pytest.importorskip("triton")
+
+from test_attention import (  # noqa: E402
+    EMBED, HEADS, OPTION_SETS, build, reference_attention, right_padding_mask,
+)
+
+from fairseq_posattn.modules import AttentionContext, PositionAwareSelfAttention  # noqa: E402
+from fairseq_posattn.modules.relative_flash import draw_seed, dropout_keep  # noqa: E402
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+if DEVICE == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+    pytest.skip("no GPU and Triton's interpreter is off (TRITON_INTERPRET=1)", allow_module_level=True)
+
+# the position sets of a layer: PositionAttentionConfig options
+SETS = {
+    "sequential": dict(relative_positions=True, max_relative_position=2),
+    "sequential-wide": dict(relative_positions=True, max_relative_position=20),  # k > T - 1
+    "structural": dict(structural_relative_positions=True, max_structural_relative_position=3),
+    "both": dict(relative_positions=True, max_relative_position=4,  # as transformer_struct
+                 structural_relative_positions=True, max_structural_relative_position=2),
+}
+
+
+def pads_anywhere(length):
+    """Left pads, holes, right pads, and a sentence with no real key."""
+    mask = torch.rand(3, length, generator=torch.Generator().manual_seed(4)) < 0.3
+    mask[0, :3] = True
+    mask[2] = True
+    return mask
+
+
+# (T, [B, T] padding mask or None)
+PADDINGS = {
+    "T=1": (1, None),
+    "one-block": (16, None),
+    "right-padded": (17, right_padding_mask([17, 9, 1], 17)),
+    "pads-anywhere": (24, pads_anywhere(24)),
+}
+
+
+def flash_and_explicit(options, dtype=torch.float32, dropout=0.0):
+    """The layer of ``options`` on the Triton kernel, in ``dtype``, and the same
+    weights on the explicit path in float64."""
+    attn = build(dtype=torch.float64, **options)
+    attn.dropout_module.p = dropout
+    explicit = copy.deepcopy(attn).to(DEVICE)
+    explicit.relative_kernel = "explicit"
+    attn.relative_kernel = "triton"
+    return attn.to(DEVICE, dtype), explicit
+
+
+def context(length, batch=3):
+    """Sequential positions and random tree-like structural ones (``[B, T, T]``
+    int8, as ``translation_struct`` collates them), beyond the clips too."""
+    structural = torch.randint(-5, 6, (batch, length, length), dtype=torch.int8,
+                               generator=torch.Generator().manual_seed(5))
+    return AttentionContext(length, torch.device(DEVICE), {"structural": structural.to(DEVICE)})
+
+
+def outputs_and_grads(attn, x, mask, length, autocast=None):
+    """The layer's output and the gradients of a random weighting of all its
+    rows (pad rows too) w.r.t. the input and every parameter, in float64."""
+    x = x.detach().requires_grad_()
+    with torch.autocast(DEVICE, dtype=autocast, enabled=autocast is not None):
+        out, _ = attn(x, key_padding_mask=mask, context=context(length, x.size(1)))
+    weight = torch.randn(out.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(6))
+    weight = weight.to(DEVICE)
+    inputs = [x, *attn.parameters()]
+    grads = torch.autograd.grad((out.double() * weight).sum(), inputs)
+    names = ["output", "input"] + [name for name, _ in attn.named_parameters()]
+    return dict(zip(names, [out.detach().double(), *(g.double() for g in grads)]))
+
+
+def assert_same(got, expected, dtype, units):
+    """Every result within ``units`` of ``dtype``'s rounding of the largest
+    value of them all (a gradient that is zero but for rounding, as ``k``'s
+    with one key, is held to the same scale)."""
+    assert got.keys() == expected.keys()
+    scale = max(float(result.abs().max()) for result in expected.values())
+    for name in expected:
+        torch.testing.assert_close(got[name], expected[name], rtol=0,
+                                   atol=units * torch.finfo(dtype).eps * scale,
+                                   msg=lambda message: f"{name}: {message}")
+
+
+@pytest.mark.parametrize("padding", sorted(PADDINGS))
+@pytest.mark.parametrize("sets", sorted(SETS))
+def test_the_kernel_is_the_explicit_path(sets, padding):
+    """Values and every gradient in float32, to float32's rounding of the float64 path."""
+    length, mask = PADDINGS[padding]
+    attn, explicit = flash_and_explicit(SETS[sets])
+    mask = None if mask is None else mask.to(DEVICE)
+    x = torch.randn(length, 3, EMBED, dtype=torch.float64, device=DEVICE)
+    assert attn._runs_relative_flash(torch.empty(0, device=DEVICE), need_weights=False)
+    expected = outputs_and_grads(explicit, x, mask, length)
+    assert_same(outputs_and_grads(attn, x.float(), mask, length), expected, torch.float32, 32)
+
+
+@pytest.mark.parametrize("name", ["shaw", "shaw_wide"])
+def test_the_kernel_matches_the_loop_reference(name):
+    attn = build(dtype=torch.float32, **OPTION_SETS[name]).eval()
+    attn.relative_kernel = "triton"
+    length, lengths = 7, [7, 4, 1]
+    x = torch.randn(length, len(lengths), EMBED)
+    with torch.no_grad():
+        mask = right_padding_mask(lengths, length).to(DEVICE)
+        out, _ = attn.to(DEVICE)(x.to(DEVICE), key_padding_mask=mask)
+    expected = reference_attention(attn.cpu().double(), x.double(), lengths)
+    for b, n in enumerate(lengths):
+        torch.testing.assert_close(out[:n, b].cpu().double(), expected[:n, b], atol=1e-5, rtol=1e-4)
+
+
+HALF_CASES = [("module", torch.float16), ("module", torch.bfloat16), ("autocast", torch.bfloat16)]
+
+
+@pytest.mark.parametrize("how, dtype", HALF_CASES, ids=["fp16", "bf16", "autocast-bf16"])
+def test_half_precision_is_the_explicit_path_to_its_rounding(how, dtype):
+    """Half inputs (and tables), float32 softmax and accumulators: the output
+    and every gradient within a few units of half's rounding of the float64
+    path's largest value."""
+    length, mask = PADDINGS["pads-anywhere"]
+    attn, explicit = flash_and_explicit(SETS["both"], dtype if how == "module" else torch.float32)
+    x = torch.randn(length, 3, EMBED, dtype=torch.float64, device=DEVICE)
+    got = outputs_and_grads(attn, x.to(dtype if how == "module" else torch.float32), mask.to(DEVICE),
+                            length, autocast=dtype if how == "autocast" else None)
+    assert_same(got, outputs_and_grads(explicit, x, mask.to(DEVICE), length), dtype, 4)
+
+
+class FixedDropout(nn.Module):
+    """Dropout with a given mask in training, for the explicit path."""
+
+    def __init__(self, keep, p):
+        super().__init__()
+        self.keep, self.p = keep, p
+
+    def forward(self, probs):
+        return probs * self.keep / (1 - self.p) if self.training else probs
+
+
+def test_dropout_is_the_explicit_path_with_the_kernels_mask():
+    """In training the kernel drops the probabilities that meet ``V`` and the
+    value tables alike, as the explicit path does; the backward regenerates
+    the same mask (its gradients are the explicit path's with that mask)."""
+    length, mask = PADDINGS["right-padded"]
+    p = 0.3
+    attn, explicit = flash_and_explicit(SETS["both"], dropout=p)
+    x = torch.randn(length, 3, EMBED, dtype=torch.float64, device=DEVICE)
+    torch.manual_seed(11)
+    got = outputs_and_grads(attn.train(), x.float(), mask.to(DEVICE), length)
+    torch.manual_seed(11)
+    keep = dropout_keep(draw_seed(), p, 3 * HEADS, length, DEVICE).view(3, HEADS, length, length)
+    explicit.dropout_module = FixedDropout(keep, p)
+    assert_same(got, outputs_and_grads(explicit.train(), x, mask.to(DEVICE), length), torch.float32, 32)
+    with torch.no_grad():  # evaluation: no dropout
+        outputs = [layer.eval()(x.to(dtype), key_padding_mask=mask.to(DEVICE), context=context(length))[0]
+                   for layer, dtype in ((attn, torch.float32), (explicit, torch.float64))]
+    torch.testing.assert_close(outputs[0].double(), outputs[1], atol=1e-5, rtol=1e-4)
+
+
+def test_the_dropout_mask_keeps_one_minus_p_and_follows_the_seed():
+    keep = dropout_keep(7, 0.25, 8, 48, DEVICE)
+    assert abs(keep.float().mean().item() - 0.75) < 0.02
+    assert torch.equal(keep, dropout_keep(7, 0.25, 8, 48, DEVICE))
+    assert (keep != dropout_keep(8, 0.25, 8, 48, DEVICE)).float().mean() > 0.2
+
+
+# layer options -> whether the Triton kernel serves it (relative_kernel="triton")
+TAKES_THE_KERNEL = {
+    "sequential": True,
+    "structural": True,
+    "both": True,
+    "shaw_keys_only": False,  # no value term: the fused kernel's case in inference
+    "shaw+temperature": True,  # temperature scales the projections, outside the kernel
+    "shaw+P": False,
+    "shaw+bilan": False,
+    "shaw+conv2d": False,
+}
+
+
+def layer_options(name):
+    if name in SETS:
+        return SETS[name]
+    if name in OPTION_SETS:
+        return OPTION_SETS[name]
+    first, second = name.split("+")
+    return {**OPTION_SETS[first], **OPTION_SETS.get(second, {"learnable_temperature": True})}
+
+
+@pytest.mark.parametrize("name", sorted(TAKES_THE_KERNEL))
+def test_which_layers_take_the_kernel(name):
+    attn = build(dtype=torch.float32, **layer_options(name))
+    query = torch.empty(1, device=DEVICE)
+    on_cuda = DEVICE == "cuda"
+    assert attn._runs_relative_flash(query, need_weights=False) == (on_cuda and TAKES_THE_KERNEL[name])
+    attn.relative_kernel = "triton"
+    assert attn._runs_relative_flash(query, need_weights=False) == TAKES_THE_KERNEL[name]
+    assert not attn._runs_relative_flash(query, need_weights=True)
+    assert not attn._runs_relative_flash(query.double(), need_weights=False)
+    attn.relative_kernel = "explicit"
+    assert not attn._runs_relative_flash(query, need_weights=False)
+
+
+def test_an_unknown_kernel_is_refused():
+    with pytest.raises(ValueError, match="relative_kernel 'flash' is not one of auto, explicit, triton"):
+        PositionAwareSelfAttention(EMBED, HEADS, relative_kernel="flash")
+
+
+def test_transformer_struct_encoder_on_the_kernel():
+    """The whole encoder of ``transformer_struct`` (left-padded batch, right-padded
+    inside, tree positions reordered with it): output and parameter gradients
+    of the kernel's layers against the explicit path's."""
+    from fairseq_posattn.bench.models import make_trees
+    from fairseq_posattn.models.from_flags import build_model_from_flags
+
+    torch.manual_seed(0)
+    _, model = build_model_from_flags(
+        ["--arch", "transformer_struct", "--encoder-layers", "2", "--decoder-layers", "1",
+         "--encoder-embed-dim", "16", "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "16",
+         "--decoder-ffn-embed-dim", "16", "--encoder-attention-heads", "2",
+         "--decoder-attention-heads", "2", "--max-source-positions", "64"], 50)
+    lengths = torch.tensor([9, 6])
+    tokens = torch.randint(4, 50, (2, 9))
+    tokens[1, :3] = 1  # left padding
+    tokens[:, -1] = 2
+    trees = make_trees(lengths, 9, seed=0)
+    results = []
+    for kernel in ("explicit", "triton"):
+        encoder = copy.deepcopy(model.encoder).to(DEVICE).eval()
+        for layer in encoder.layers:
+            layer.self_attn.relative_kernel = kernel
+        out = encoder(tokens.to(DEVICE), lengths.to(DEVICE), **{k: t.to(DEVICE) for k, t in trees.items()})
+        out = out["encoder_out"][0]
+        grads = torch.autograd.grad(out.pow(2).sum(), list(encoder.parameters()))
+        results.append([out, *grads])
+    for got, expected in zip(results[1], results[0]):
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
