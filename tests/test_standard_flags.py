@@ -280,6 +280,8 @@ def test_every_encoder_flag_is_applied_or_refused(arch, case, request, capsys):
 @pytest.mark.parametrize("arch, flags, message", [
     ("bilan_roth_relation", ["--encoder-normalize-before"],
      "the relation classifier's encoder layer is post-norm: drop --encoder-normalize-before"),
+    ("bilan_roth_relation", ["--activation-fn", "gelu"],
+     "--activation-fn gelu has no effect with --encoder-ffn-activation rrelu"),
     ("logic_san", ["--encoder-layerdrop", "0.5", "--distributed-world-size", "2", "--ddp-backend", "pytorch_ddp"],
      "--encoder-layerdrop skip whole layers, whose parameters then get no gradient, which "
      "--ddp-backend pytorch_ddp refuses: add --find-unused-parameters"),

@@ -113,6 +113,11 @@ class PositionAwareRelationClassifier(PositionAwareEncoderModel):
     def build_model(cls, args, task):
         relation_classifier(args)
         cls.prepare_encoder_args(args)
+        if args.encoder_ffn_activation == "rrelu" and args.activation_fn != "relu":
+            raise ValueError(
+                f"--activation-fn {args.activation_fn} has no effect with --encoder-ffn-activation "
+                f"rrelu (bilan_roth_relation's default): pass --encoder-ffn-activation fairseq to use it"
+            )
         width = args.encoder_embed_dim
         word_dim = width - args.pos_tag_embed_dim - args.ner_tag_embed_dim
         if word_dim < 1:
