@@ -118,7 +118,8 @@ def test_onlstm_reference_on_cuda_equals_cpu(bidirectional):
         xi = x.clone().to(device).requires_grad_()  # a leaf on each device
         y = rnn(xi, lengths)
         y.sum().backward()
-        results.append([t.cpu() for t in (y, xi.grad, *[p.grad for p in rnn.parameters()])])
+        # copies: moving the module to the GPU moves its gradients' storage too
+        results.append([t.detach().to("cpu", copy=True) for t in (y, xi.grad, *[p.grad for p in rnn.parameters()])])
     for cpu, gpu in zip(*results):
         torch.testing.assert_close(gpu, cpu, atol=1e-10, rtol=1e-9)
 

@@ -333,10 +333,10 @@ DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs a CUDA device"))]
 
 
-def assert_checkpointing_changes_no_step(build_model: Callable, loss_of: Callable) -> None:
+def assert_checkpointing_changes_no_step(build_model: Callable, loss_of: Callable, **close) -> None:
     """One training step of ``build_model(flags)`` without checkpointing, with
     --checkpoint-activations and with --offload-activations: the same loss,
-    the same gradients, the same buffers after it (running statistics)."""
+    the same gradients (within ``close``), the same buffers after it (running statistics)."""
     steps = []
     for flags in ([], ["--checkpoint-activations"], ["--offload-activations"]):
         torch.manual_seed(0)
@@ -351,7 +351,7 @@ def assert_checkpointing_changes_no_step(build_model: Callable, loss_of: Callabl
         torch.testing.assert_close(loss, plain_loss)
         assert grads.keys() == plain_grads.keys() and buffers.keys() == plain_buffers.keys()
         for name, grad in grads.items():
-            torch.testing.assert_close(grad, plain_grads[name], msg=name)
+            torch.testing.assert_close(grad, plain_grads[name], msg=name, **close)
         for name, buffer in buffers.items():
             torch.testing.assert_close(buffer, plain_buffers[name], msg=name)
 
@@ -360,14 +360,17 @@ def assert_checkpointing_changes_no_step(build_model: Callable, loss_of: Callabl
 @pytest.mark.parametrize("cell", ["onlstm", "lstm"])
 def test_activation_checkpointing_gives_the_same_gradients(cell, device):
     """--checkpoint-activations and --offload-activations recompute every layer
-    in the backward (dropout's masks included): the same loss, the same gradients."""
+    in the backward (dropout's masks included): the same loss, the same
+    gradients (on CUDA to 1e-4: cuDNN's LSTM weight gradients vary from run to
+    run, as an H200 showed)."""
     tokens = torch.randint(4, VOCAB, (3, 7), device=device)
     tokens[1, :2] = 1  # left padding
     lengths = tokens.ne(1).sum(1)
     assert_checkpointing_changes_no_step(
         lambda flags: build("onlstm_san_transformer",
                             ["--encoder-recurrent-cell", cell, "--dropout", "0.2", *flags])[1].to(device),
-        lambda model: model(tokens, lengths, tokens)[0].sum())
+        lambda model: model(tokens, lengths, tokens)[0].sum(),
+        **(dict(atol=1e-4, rtol=1e-4) if device == "cuda" else {}))
 
 
 def relation_inputs(model, batch: int = 4, length: int = 7) -> dict:
