@@ -8,7 +8,6 @@ from typing import Optional
 from fairseq.dataclass import ChoiceEnum
 
 from .attention_config import EncoderOptions
-from .onlstm import kernels
 from .onlstm.kernels import KERNELS
 
 CELL_CHOICES = ChoiceEnum(["onlstm", "lstm"])
@@ -109,13 +108,7 @@ class RecurrenceConfig(EncoderOptions):
                 "with recurrent layers first, position embeddings are added to the "
                 "self-attention input: --encoder-position-embedding concat cannot widen it"
             )
-        if self.encoder_recurrent_kernel != "auto" and self.encoder_recurrent_cell != "onlstm":
-            raise ValueError(
-                f"--encoder-recurrent-kernel {self.encoder_recurrent_kernel} chooses what runs the "
-                f"ON-LSTM; --encoder-recurrent-cell {self.encoder_recurrent_cell} runs torch's nn.LSTM"
-            )
         if layers:
-            kernels.check(self.encoder_recurrent_kernel)
             self._check_fairseq_flags(embed_dim, quant_noise_block_size, quant_noise_scalar,
                                       layers_to_keep)
 
