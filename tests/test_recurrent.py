@@ -402,6 +402,21 @@ def test_an_explicit_kernel_that_cannot_run_is_refused_at_build(monkeypatch):
     assert ONLSTM(D_MODEL, HIDDEN).kernel == "auto"
 
 
+@pytest.mark.parametrize("compiler, says", [
+    ("/nonexistent/c++", "no C\\+\\+ compiler \\('/nonexistent/c\\+\\+' is not on the PATH"),
+    ("false", "the C\\+\\+ cell did not build \\(.*false"),
+])
+def test_building_the_cell_without_a_compiler_says_so_and_what_runs(monkeypatch, tmp_path, compiler, says):
+    """fairseq-posattn-build-cell without a working compiler: one line naming
+    the compiler or the failed step and that the CPU then runs the reference,
+    no traceback, a non-zero exit, and nothing loaded."""
+    monkeypatch.setenv("FAIRSEQ_POSATTN_CELL_DIR", str(tmp_path))
+    monkeypatch.setenv("CXX", compiler)
+    with pytest.raises(SystemExit, match=says + ".*the ON-LSTM runs the reference on the CPU"):
+        cpu_cell.build_main([])
+    assert not list(tmp_path.rglob("*.so"))
+
+
 def test_the_model_log_names_the_kernel(caplog):
     from fairseq_posattn.models.from_flags import build_model_from_flags
 

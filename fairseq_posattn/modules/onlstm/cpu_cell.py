@@ -15,6 +15,9 @@ import argparse
 import hashlib
 import logging
 import os
+import shutil
+import subprocess
+import sys
 from typing import List, Optional, Tuple
 
 import torch
@@ -134,7 +137,16 @@ def build_main(argv=None) -> None:
     """``fairseq-posattn-build-cell``: compile the ON-LSTM's C++ cell for this torch and CPU."""
     parser = argparse.ArgumentParser(prog="fairseq-posattn-build-cell", description=build_main.__doc__)
     parser.parse_args(argv)
-    print(build())
+    compiler = os.environ.get("CXX", "c++")  # the compiler torch.utils.cpp_extension calls
+    fallback = "without it the ON-LSTM runs the reference on the CPU"
+    if shutil.which(compiler) is None:
+        sys.exit(f"fairseq-posattn-build-cell: no C++ compiler ({compiler!r} is not on the PATH; set CXX "
+                 f"or install one, e.g. apt-get install g++); {fallback}")
+    try:
+        print(build())
+    except (RuntimeError, OSError, subprocess.CalledProcessError) as err:
+        sys.exit(f"fairseq-posattn-build-cell: the C++ cell did not build ({str(err).strip().splitlines()[-1]}); "
+                 f"{fallback}")
 
 
 if __name__ == "__main__":
