@@ -1,53 +1,86 @@
 #!/usr/bin/env bash
-# Checks that need a CUDA GPU, in one go (a few minutes on one GPU):
+# Checks that need a CUDA GPU, in one go:
 #
-#   bash scripts/gpu_check.sh [OUT_DIR]       # default OUT_DIR: gpu-check
+#   bash scripts/gpu_check.sh [OUT_DIR] [STEPS]   # OUT_DIR: gpu-check; STEPS: "tests bench recurrent"
 #
-# 1. tests/test_cuda.py: every benchmark architecture on the GPU against the
-#    CPU (float32), in float16 and under fp16 autocast, the fused-kernel counts,
-#    the ON-LSTM recurrence, fairseq-train / fairseq-generate with --fp16 and --bf16;
-#    tests/test_onlstm_triton.py: the ON-LSTM's fused Triton steps against the
-#    reference, compiled; tests/test_relative_flash.py: the Triton kernel of Shaw
-#    relative keys and values against the explicit path, compiled;
-#    tests/test_onlstm_cpp.py: the CPU's C++ cell built
-#    against this (CUDA) torch by fairseq-posattn-build-cell; tests/test_standard_flags.py -k cuda:
-#    activation checkpointing, offloading and quant noise on the recurrent layers;
-# 2. fairseq-posattn-bench --device cuda, --fp16 and float32 (every row);
-# 3. fairseq-posattn-bench-recurrent --device cuda (ON-LSTM layer, fused step and loop, against cuDNN's LSTM).
+# tests      tests/test_cuda.py: every benchmark architecture on the GPU against
+#            the CPU (float32), in float16 and under fp16 autocast, the
+#            fused-kernel counts, the ON-LSTM recurrence, fairseq-train /
+#            fairseq-generate with --fp16 and --bf16 (the benchmark's rows
+#            include the kernel comparisons: P-sdpa is P with the fused
+#            attention's own gradient of the score bias);
+#            tests/test_onlstm_triton.py and tests/test_relative_flash.py: the
+#            Triton kernels against the reference and the explicit path, compiled;
+#            tests/test_onlstm_cpp.py: the CPU's C++ cell built against this
+#            (CUDA) torch; activation checkpointing and quant noise on the
+#            recurrent layers (about 4 minutes on an H200).
+# bench      fairseq-posattn-bench --device cuda --no-decode --repeats 20, every
+#            row and the kernel comparisons (P-sdpa, R-sdpa, bilan-sdpa,
+#            shawkeys-sdpa, shaw-explicit, struct-explicit), in fp16 and bf16,
+#            at the defaults (B=32, T=64) and at --batch 64 --length 64 (about
+#            4,096 tokens a batch): bench_{fp16,bf16}_b{32,64}.{txt,json}.
+# recurrent  fairseq-posattn-bench-recurrent --device cuda --repeats 20 in
+#            float32, fp16 and bf16 (the ON-LSTM layer against cuDNN's LSTM):
+#            bench_recurrent_{fp32,fp16,bf16}.{txt,json}.
 #
 # It needs a CUDA build of torch with this package installed (docs/setup.md,
-# "GPU"); PYTHON names the interpreter (default python3). Each step's output
-# is written to OUT_DIR (gpu.txt, test_cuda.log, bench_cuda_{fp32,fp16}.{txt,json},
-# bench_recurrent_cuda.{txt,json}).
+# "GPU"); PYTHON names the interpreter (default python3). gpu.txt names the
+# card, torch, CUDA and the commit; each step's output goes to OUT_DIR.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${1:-gpu-check}"
+STEPS="${2:-tests bench recurrent}"
 PYTHON="${PYTHON:-python3}"
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
 cd "$REPO"
 export PYTHONUNBUFFERED=1
 
+for step in $STEPS; do
+    case "$step" in tests|bench|recurrent) ;; *) echo "gpu_check.sh: unknown step '$step' (tests, bench, recurrent)" >&2; exit 2 ;; esac
+done
+
 "$PYTHON" - <<'PY' | tee "$OUT/gpu.txt"
+import subprocess
 import torch, fairseq
 assert torch.cuda.is_available(), "no CUDA device visible to torch"
+try:
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+except OSError:
+    commit = ""
 print(torch.cuda.get_device_name(), "| torch", torch.__version__, "| CUDA", torch.version.cuda,
-      "| fairseq", fairseq.__version__)
+      "| cuDNN", torch.backends.cudnn.version(), "| fairseq", fairseq.__version__, "| commit", commit or "unknown")
 PY
 status=0  # a failing test does not stop the benchmarks; the script's exit status reports it
-# the CPU's C++ cell, built ahead as scripts/setup_env.sh does (fairseq-posattn-build-cell)
-"$PYTHON" -m fairseq_posattn.modules.onlstm.cpu_cell 2>&1 | tail -n 1 | tee "$OUT/build_cell.log" || status=1
-"$PYTHON" -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_onlstm_triton.py tests/test_relative_flash.py \
-    tests/test_onlstm_cpp.py \
-    "tests/test_standard_flags.py::test_activation_checkpointing_gives_the_same_gradients" \
-    "tests/test_standard_flags.py::test_quant_noise_changes_recurrent_outputs_in_training_only" \
-    2>&1 | tee "$OUT/test_cuda.log" || status=1
-for precision in fp16 fp32; do  # fp16 first: what a GPU user trains with
-    flags=(--device cuda --repeats 20 --json "$OUT/bench_cuda_$precision.json")
-    [[ "$precision" == fp16 ]] && flags+=(--fp16)
-    "$PYTHON" -m fairseq_posattn.bench.models "${flags[@]}" | tee "$OUT/bench_cuda_$precision.txt"
+for step in $STEPS; do
+    case "$step" in
+    tests)
+        # the CPU's C++ cell, built ahead as scripts/setup_env.sh does (fairseq-posattn-build-cell)
+        "$PYTHON" -m fairseq_posattn.modules.onlstm.cpu_cell 2>&1 | tail -n 1 | tee "$OUT/build_cell.log" || status=1
+        "$PYTHON" -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_onlstm_triton.py \
+            tests/test_relative_flash.py tests/test_onlstm_cpp.py \
+            "tests/test_standard_flags.py::test_activation_checkpointing_gives_the_same_gradients" \
+            "tests/test_standard_flags.py::test_quant_noise_changes_recurrent_outputs_in_training_only" \
+            2>&1 | tee "$OUT/test_cuda.log" || status=1
+        ;;
+    bench)
+        rows="$("$PYTHON" -c 'from fairseq_posattn.bench.models import ROWS; print(",".join(r.label for r in ROWS))')"
+        for precision in fp16 bf16; do
+            for batch in 32 64; do
+                name="bench_${precision}_b$batch"
+                "$PYTHON" -m fairseq_posattn.bench.models --device cuda --"$precision" --batch "$batch" --length 64 \
+                    --rows "$rows" --no-decode --repeats 20 --json "$OUT/$name.json" | tee "$OUT/$name.txt"
+            done
+        done
+        ;;
+    recurrent)
+        for precision in fp32 fp16 bf16; do
+            flags=(--device cuda --repeats 20 --json "$OUT/bench_recurrent_$precision.json")
+            [[ "$precision" != fp32 ]] && flags+=(--"$precision")
+            "$PYTHON" -m fairseq_posattn.bench.recurrent "${flags[@]}" | tee "$OUT/bench_recurrent_$precision.txt"
+        done
+        ;;
+    esac
 done
-"$PYTHON" -m fairseq_posattn.bench.recurrent --device cuda --repeats 20 \
-    --json "$OUT/bench_recurrent_cuda.json" | tee "$OUT/bench_recurrent_cuda.txt"
 exit "$status"

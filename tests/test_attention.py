@@ -20,12 +20,10 @@ def right_padding_mask(lengths, total):
     return torch.arange(total)[None, :] >= torch.tensor(lengths)[:, None]
 
 
-def build(dtype=torch.float64, layer_index=0, fused=True, **options):
+def build(dtype=torch.float64, layer_index=0, **options):
     cfg = PositionAttentionConfig(**options)
     torch.manual_seed(0)
-    attn = PositionAwareSelfAttention(
-        EMBED, HEADS, fused=fused, **cfg.build_terms(EMBED, HEADS, layer_index)
-    )
+    attn = PositionAwareSelfAttention(EMBED, HEADS, **cfg.build_terms(EMBED, HEADS, layer_index))
     # random, non-trivial values for every parameter (temperatures, biases too)
     with torch.no_grad():
         for p in attn.parameters():
@@ -170,13 +168,18 @@ OPTION_SETS = {
         position_interactions="P", interaction_max_len=8, learnable_temperature=True,
         relative_positions=True, max_relative_position=1, convolved_attention="2d",
     ),
+    "all_score_terms": dict(
+        position_interactions="PR", interaction_max_len=8, learnable_temperature=True,
+        relative_positions=True, max_relative_position=2, no_relative_values=True,
+        query_relative_positions=True, query_relative_clip=3,
+    ),
 }
 
 
-@pytest.mark.parametrize("fused", [True, False], ids=["fused", "explicit"])
+@pytest.mark.parametrize("kernel", ["auto", "explicit"])
 @pytest.mark.parametrize("name", sorted(OPTION_SETS))
-def test_matches_loop_reference(name, fused):
-    attn = build(fused=fused, **OPTION_SETS[name]).eval()
+def test_matches_loop_reference(name, kernel):
+    attn = build(encoder_attention_kernel=kernel, **OPTION_SETS[name]).eval()
     T, lengths = 6, [6, 4, 1]
     torch.manual_seed(1)
     x = torch.randn(T, len(lengths), EMBED, dtype=torch.float64)
@@ -209,33 +212,74 @@ def test_longer_than_table_is_a_clear_error(name):
 
 @pytest.mark.parametrize("name", ["none", "temperature", "P", "PR", "bilan", "shaw_keys_only"])
 def test_fused_and_explicit_paths_agree(name):
-    """The fused kernel serves whenever no gradient must reach the score bias:
-    inference, or frozen terms that do not depend on the input."""
+    """``auto`` takes PyTorch's fused attention whenever no gradient must reach
+    the score terms: no score terms (gradients flow through it then), or frozen
+    layers and an input that needs no gradient."""
     options = OPTION_SETS[name]
-    fused, explicit = build(fused=True, **options), build(fused=False, **options)
+    fused = build(**options)
+    explicit = build(encoder_attention_kernel="explicit", **options)
+    scored = len(fused.score_terms) > 0
     for attn in (fused, explicit):
-        attn.requires_grad_(False)
+        attn.requires_grad_(not scored)
     mask = right_padding_mask([6, 3, 5], 6)
-    input_dependent = name in ("bilan", "shaw_keys_only")
-    x = torch.randn(6, 3, EMBED, dtype=torch.float64, requires_grad=not input_dependent)
-    bias = fused._score_bias(*fused._project(x)[:1], x, AttentionContext(6, x.device))
-    assert fused._can_fuse(bias, need_weights=False)
-    assert not explicit._can_fuse(bias, need_weights=False)
+    x = torch.randn(6, 3, EMBED, dtype=torch.float64, requires_grad=not scored)
+    q = fused._project(x)[0]
+    assert fused._path(q, need_weights=False) == "sdpa"
+    assert explicit._path(q, need_weights=False) == "explicit"
     outputs = [attn(x, key_padding_mask=mask)[0].masked_fill(mask.t()[:, :, None], 0.0)
                for attn in (fused, explicit)]
     torch.testing.assert_close(outputs[0], outputs[1])
-    if not input_dependent:
-        grads = [torch.autograd.grad((out**2).sum(), x)[0] for out in outputs]
-        torch.testing.assert_close(grads[0], grads[1])
+    if not scored:
+        grads = [torch.autograd.grad((out**2).sum(), [x, *attn.parameters()])
+                 for out, attn in zip(outputs, (fused, explicit))]
+        for got, expected in zip(*grads):
+            torch.testing.assert_close(got, expected)
+
+
+@pytest.mark.parametrize("name", ["P", "R", "PR", "bilan", "shaw_keys_only", "all_score_terms"])
+def test_sdpa_with_trainable_score_terms_equals_the_explicit_path(name):
+    """``--encoder-attention-kernel sdpa`` hands trainable score terms to
+    PyTorch's fused attention as its mask: output and the gradients of the
+    input and of every parameter (the terms' included) are the explicit path's,
+    with padding."""
+    options = OPTION_SETS[name]
+    sdpa = build(encoder_attention_kernel="sdpa", **options).train()
+    explicit = build(encoder_attention_kernel="explicit", **options).train()
+    explicit.load_state_dict(sdpa.state_dict())
+    mask = right_padding_mask([6, 3, 5], 6)
+    x = torch.randn(6, 3, EMBED, dtype=torch.float64, requires_grad=True)
+    assert sdpa._path(sdpa._project(x)[0], need_weights=False) == "sdpa"
+    weight = torch.randn(6, 3, EMBED, dtype=torch.float64).masked_fill(mask.t()[:, :, None], 0.0)
+    results = []
+    for attn in (sdpa, explicit):
+        out = attn(x, key_padding_mask=mask)[0]
+        params = [p for p in attn.parameters()]
+        results.append([out * weight, *torch.autograd.grad((out * weight).sum(), [x, *params])])
+    for got, expected in zip(*results):
+        torch.testing.assert_close(got, expected, atol=1e-10, rtol=1e-9)
 
 
 def test_trainable_score_terms_take_the_explicit_path():
     attn = build(**OPTION_SETS["P"])
-    x = torch.randn(4, 2, EMBED, dtype=torch.float64)
-    bias = attn._score_bias(*attn._project(x)[:1], x, AttentionContext(4, x.device))
-    assert bias.requires_grad and not attn._can_fuse(bias, need_weights=False)
-    assert not build(**OPTION_SETS["conv2d"])._can_fuse(None, need_weights=False)
-    assert not build()._can_fuse(None, need_weights=True)
+    q = attn._project(torch.randn(4, 2, EMBED, dtype=torch.float64))[0]
+    assert attn._path(q, need_weights=False) == "explicit"
+    with torch.no_grad():
+        assert attn._path(q, need_weights=False) == "sdpa"
+    assert build(**OPTION_SETS["conv2d"])._path(q, need_weights=False) == "explicit"
+    assert build()._path(q, need_weights=True) == "explicit"
+    assert build()._path(q, need_weights=False) == "sdpa"
+
+
+@pytest.mark.parametrize("kernel, name, says", [
+    ("flash", "none", "it is not one of auto, explicit, sdpa, triton"),
+    ("sdpa", "conv2d", "does not return the probabilities"),
+    ("sdpa", "shaw", "does not return the probabilities"),
+    ("triton", "P", "computes Shaw relative keys and values"),
+    ("triton", "shaw_keys_only", "computes Shaw relative keys and values"),
+])
+def test_a_kernel_that_cannot_compute_the_terms_is_refused_at_build(kernel, name, says):
+    with pytest.raises(ValueError, match=f"--encoder-attention-kernel {kernel}: .*{says}"):
+        build(encoder_attention_kernel=kernel, **OPTION_SETS[name])
 
 
 # --------------------------------------------------------------------------
@@ -243,15 +287,15 @@ def test_trainable_score_terms_take_the_explicit_path():
 # --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("fused", [True, False], ids=["fused", "explicit"])
+@pytest.mark.parametrize("kernel", ["auto", "explicit", "sdpa"])
 @pytest.mark.parametrize("padded", [False, True], ids=["no-padding", "left-padding"])
-def test_equals_fairseq_multihead_attention(padded, fused):
+def test_equals_fairseq_multihead_attention(padded, kernel):
     torch.manual_seed(3)
     embed, heads, T, B = 16, 4, 7, 3
     # float64: the two compute in different orders, and float32 rounding
     # differences between them depend on the CPU's kernels
     stock = MultiheadAttention(embed, heads, self_attention=True).double()
-    ours = PositionAwareSelfAttention(embed, heads, fused=fused).double()
+    ours = PositionAwareSelfAttention(embed, heads, kernel=kernel).double()
     ours.load_state_dict(stock.state_dict())
     x = torch.randn(T, B, embed, dtype=torch.float64, requires_grad=True)
     mask = None
@@ -587,6 +631,9 @@ FUSED_LAYERS = {
     ("transformer_struct",): (0, 0),  # relative values
     ("transformer_posattn_conv1d",): (0, 0),  # probability terms
     ("transformer_posattn_conv2d",): (0, 0),
+    ("transformer_posattn_p", "--encoder-attention-kernel", "sdpa"): (3, 3),
+    ("transformer_posattn", "--query-relative-positions", "--encoder-attention-kernel", "sdpa"): (3, 3),
+    ("transformer_posattn_p", "--encoder-attention-kernel", "explicit"): (0, 0),
 }
 
 
@@ -670,7 +717,7 @@ def test_padding_masks_are_finite_in_every_precision():
         mask = PositionAwareSelfAttention._additive_mask(bias, pads, dtype)
         assert mask.dtype == dtype and torch.isfinite(mask).all()
         assert mask[..., 1].eq(torch.finfo(dtype).min).all() and mask[..., 0].eq(3.0).all()
-    attn = build(dtype=torch.float16, fused=False, **OPTION_SETS["shaw"])
+    attn = build(dtype=torch.float16, encoder_attention_kernel="explicit", **OPTION_SETS["shaw"])
     x = torch.randn(4, 2, EMBED, dtype=torch.float16)
     all_padded = torch.tensor([[False, False, True, True], [True, True, True, True]])
     out, weights = attn(x, key_padding_mask=all_padded, need_weights=True)

@@ -19,7 +19,7 @@ TINY = ["--batch", "3", "--length", "9", "--embed-dim", "16", "--ffn-dim", "16",
 def test_every_row_builds_and_runs():
     report = bench.run(bench.get_parser().parse_args(TINY + ["--no-memory"]))
     labels = [row["label"] for row in report["rows"]]
-    assert labels == [row.label for row in bench.ROWS]
+    assert labels == [row.label for row in bench.ROWS if row.by_default]
     stock = report["rows"][0]
     assert stock["train_ratio"] == 1.0 and stock["infer_ratio"] == 1.0
     by_label = {row["label"]: row for row in report["rows"]}
@@ -55,6 +55,37 @@ def test_memory_and_json_output(tmp_path, capsys):
 def test_rows_bring_their_baselines():
     report = bench.run(bench.get_parser().parse_args(TINY + ["--no-memory", "--rows", "onlstm-san"]))
     assert [row["label"] for row in report["rows"]] == ["stock", "stock-deep", "onlstm-san"]
+
+
+def test_kernel_comparisons_run_against_the_same_model_on_the_default_kernel():
+    """``P-sdpa`` is ``P`` on --encoder-attention-kernel sdpa: the same
+    parameters, its ratios taken against ``P``; ``shaw-explicit`` against stock."""
+    rows = "P-sdpa,bilan-sdpa,shawkeys-sdpa,shaw-explicit"
+    report = bench.run(bench.get_parser().parse_args(TINY + ["--no-memory", "--rows", rows]))
+    by_label = {row["label"]: row for row in report["rows"]}
+    assert set(by_label) == {"stock", "P", "P-sdpa", "bilan", "bilan-sdpa", "shawkeys", "shawkeys-sdpa",
+                             "shaw-explicit"}
+    for label in ("P", "bilan", "shawkeys"):
+        row = by_label[label + "-sdpa"]
+        assert row["baseline"] == label and row["params"] == by_label[label]["params"]
+        assert row["train_ratio"] == pytest.approx(row["train_ms"] / by_label[label]["train_ms"])
+    assert by_label["shaw-explicit"]["baseline"] == "stock"
+
+
+def test_bf16_runs_the_models_in_bfloat16_with_float32_masters(tmp_path):
+    out = tmp_path / "bench.json"
+    bench.main(TINY + ["--no-memory", "--rows", "onlstm-san", "--bf16", "--json", str(out)])
+    report = json.loads(out.read_text())
+    assert report["dtype"] == "bfloat16" and report["settings"]["half"] == "bfloat16"
+    assert [row["label"] for row in report["rows"]] == ["stock", "stock-deep", "onlstm-san"]
+
+
+def test_no_decode_times_training_and_inference_only(capsys):
+    report = bench.main(TINY + ["--no-memory", "--rows", "P", "--no-decode", "--repeats", "2"])
+    for row in report["rows"]:
+        assert "decode_ratio" not in row and len(row["infer_ratio_per_repeat"]) == 2
+    out = capsys.readouterr().out
+    assert "infer ms" in out and "decode/s" not in out
 
 
 def test_profile_reports_the_parts_of_a_hybrid(capsys):
@@ -105,6 +136,14 @@ def test_per_repeat_ratios_and_their_range():
     assert per_repeat_ratios(times, reference) == [0.5, 1.5, 2.0, 0.667]
     assert per_repeat_ratios(times, reference, digits=None) == [a / b for a, b in zip(times, reference)]
     assert ratio_range(times, reference) == [0.5, 2.0]
+
+
+def test_recurrent_bench_runs_every_row_in_bfloat16(capsys):
+    result = recurrent.main(["--dim", "8", "--seq-len", "5", "--batch", "2", "--repeats", "1",
+                             "--warmup", "0", "--bf16"])
+    assert result["config"]["dtype"] == "bfloat16"
+    assert {r["label"] for r in result["rows"]} >= {"nn.LSTM", "LSTM layer", "ON-LSTM layer"}
+    assert "bfloat16 cpu" in capsys.readouterr().out
 
 
 def test_recurrent_bench_reports_each_rows_per_repeat_range(capsys):

@@ -3,7 +3,7 @@ against the explicit path and the loop reference.
 
 On a machine without a GPU the kernels run in Triton's interpreter on the CPU
 (``TRITON_INTERPRET=1``, set by conftest.py); with one, compiled, on CUDA
-(``scripts/gpu_check.sh``).  A layer with ``relative_kernel="triton"`` against
+(``scripts/gpu_check.sh``).  A layer with ``kernel="triton"`` against
 the same layer's explicit path in float64: the output and every gradient (the
 projections' weights carry ``dq``, ``dk``, ``dv``; both key and both value
 tables), sequential and structural positions, one set and both, a table wider
@@ -65,8 +65,8 @@ def flash_and_explicit(options, dtype=torch.float32, dropout=0.0):
     attn = build(dtype=torch.float64, **options)
     attn.dropout_module.p = dropout
     explicit = copy.deepcopy(attn).to(DEVICE)
-    explicit.relative_kernel = "explicit"
-    attn.relative_kernel = "triton"
+    explicit.kernel = "explicit"
+    attn.kernel = "triton"
     return attn.to(DEVICE, dtype), explicit
 
 
@@ -112,7 +112,7 @@ def test_the_kernel_is_the_explicit_path(sets, padding):
     attn, explicit = flash_and_explicit(SETS[sets])
     mask = None if mask is None else mask.to(DEVICE)
     x = torch.randn(length, 3, EMBED, dtype=torch.float64, device=DEVICE)
-    assert attn._runs_relative_flash(torch.empty(0, device=DEVICE), need_weights=False)
+    assert attn._path(torch.empty(0, device=DEVICE), need_weights=False) == "triton"
     expected = outputs_and_grads(explicit, x, mask, length)
     assert_same(outputs_and_grads(attn, x.float(), mask, length), expected, torch.float32, 32)
 
@@ -120,7 +120,7 @@ def test_the_kernel_is_the_explicit_path(sets, padding):
 @pytest.mark.parametrize("name", ["shaw", "shaw_wide"])
 def test_the_kernel_matches_the_loop_reference(name):
     attn = build(dtype=torch.float32, **OPTION_SETS[name]).eval()
-    attn.relative_kernel = "triton"
+    attn.kernel = "triton"
     length, lengths = 7, [7, 4, 1]
     x = torch.randn(length, len(lengths), EMBED)
     with torch.no_grad():
@@ -185,7 +185,7 @@ def test_the_dropout_mask_keeps_one_minus_p_and_follows_the_seed():
     assert (keep != dropout_keep(8, 0.25, 8, 48, DEVICE)).float().mean() > 0.2
 
 
-# layer options -> whether the Triton kernel serves it (relative_kernel="triton")
+# layer options -> whether the Triton kernel serves it (kernel="triton")
 TAKES_THE_KERNEL = {
     "sequential": True,
     "structural": True,
@@ -209,21 +209,27 @@ def layer_options(name):
 
 @pytest.mark.parametrize("name", sorted(TAKES_THE_KERNEL))
 def test_which_layers_take_the_kernel(name):
+    """``auto`` takes the kernel on CUDA, ``triton`` on any device, for the
+    layers it computes; never where the weights are asked for, in float64, or
+    with ``explicit``."""
     attn = build(dtype=torch.float32, **layer_options(name))
     query = torch.empty(1, device=DEVICE)
     on_cuda = DEVICE == "cuda"
-    assert attn._runs_relative_flash(query, need_weights=False) == (on_cuda and TAKES_THE_KERNEL[name])
-    attn.relative_kernel = "triton"
-    assert attn._runs_relative_flash(query, need_weights=False) == TAKES_THE_KERNEL[name]
-    assert not attn._runs_relative_flash(query, need_weights=True)
-    assert not attn._runs_relative_flash(query.double(), need_weights=False)
-    attn.relative_kernel = "explicit"
-    assert not attn._runs_relative_flash(query, need_weights=False)
+    assert (attn._path(query, need_weights=False) == "triton") == (on_cuda and TAKES_THE_KERNEL[name])
+    attn.kernel = "triton"
+    assert (attn._path(query, need_weights=False) == "triton") == TAKES_THE_KERNEL[name]
+    assert attn._path(query, need_weights=True) == "explicit"
+    assert attn._path(query.double(), need_weights=False) != "triton"
+    attn.kernel = "explicit"
+    assert attn._path(query, need_weights=False) == "explicit"
 
 
-def test_an_unknown_kernel_is_refused():
-    with pytest.raises(ValueError, match="relative_kernel 'flash' is not one of auto, explicit, triton"):
-        PositionAwareSelfAttention(EMBED, HEADS, relative_kernel="flash")
+def test_the_kernel_needs_triton(monkeypatch):
+    import fairseq_posattn.modules.relative_flash as relative_flash
+
+    monkeypatch.setattr(relative_flash, "triton", None)
+    with pytest.raises(ValueError, match="--encoder-attention-kernel triton: it needs the triton package"):
+        build(dtype=torch.float32, encoder_attention_kernel="triton", **OPTION_SETS["shaw"])
 
 
 def test_transformer_struct_encoder_on_the_kernel():
@@ -248,7 +254,7 @@ def test_transformer_struct_encoder_on_the_kernel():
     for kernel in ("explicit", "triton"):
         encoder = copy.deepcopy(model.encoder).to(DEVICE).eval()
         for layer in encoder.layers:
-            layer.self_attn.relative_kernel = kernel
+            layer.self_attn.kernel = kernel
         out = encoder(tokens.to(DEVICE), lengths.to(DEVICE), **{k: t.to(DEVICE) for k, t in trees.items()})
         out = out["encoder_out"][0]
         grads = torch.autograd.grad(out.pow(2).sum(), list(encoder.parameters()))

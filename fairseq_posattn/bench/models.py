@@ -67,6 +67,7 @@ class BenchRow:
     recurrent: bool = False  # K = --layers recurrent layers before the --layers SAN layers
     deep_encoder: bool = False  # a SAN encoder of 2 x --layers (the hybrids' depth)
     baseline: str = "stock"  # the row its ratios are taken against
+    by_default: bool = True  # in the run without --rows (the kernel comparisons are asked for by name)
 
 
 ROWS = [
@@ -85,6 +86,22 @@ ROWS = [
     BenchRow("onlstm-san", "onlstm_san_transformer", recurrent=True, baseline="stock-deep"),
     BenchRow("lstm-san", "onlstm_san_transformer", ["--encoder-recurrent-cell", "lstm"],
              recurrent=True, baseline="stock-deep"),
+    # the same models on another --encoder-attention-kernel, each against its row above
+    BenchRow("P-sdpa", "transformer_posattn_p", ["--encoder-attention-kernel", "sdpa"],
+             baseline="P", by_default=False),
+    BenchRow("R-sdpa", "transformer_posattn_r", ["--encoder-attention-kernel", "sdpa"],
+             baseline="R", by_default=False),
+    BenchRow("bilan-sdpa", "transformer_posattn", ["--query-relative-positions", "--encoder-attention-kernel",
+                                                   "sdpa"], baseline="bilan", by_default=False),
+    BenchRow("shawkeys", "transformer_posattn", ["--relative-positions", "--no-relative-values"],
+             by_default=False),
+    BenchRow("shawkeys-sdpa", "transformer_posattn", ["--relative-positions", "--no-relative-values",
+                                                      "--encoder-attention-kernel", "sdpa"],
+             baseline="shawkeys", by_default=False),
+    BenchRow("shaw-explicit", "transformer_posattn", ["--relative-positions", "--encoder-attention-kernel",
+                                                      "explicit"], by_default=False),
+    BenchRow("struct-explicit", "transformer_struct", ["--encoder-attention-kernel", "explicit"], trees=True,
+             by_default=False),
 ]
 
 
@@ -150,11 +167,11 @@ class Runner:
     def __init__(self, row: BenchRow, settings, dictionary, device):
         torch.manual_seed(settings.seed)
         self.model = build_model(row, settings, dictionary).to(device)
-        # --fp16 as fairseq's FP16Optimizer does it: the model in half precision,
-        # Adam on float32 master copies (Adam's eps underflows in half precision)
+        # --fp16 / --bf16 as fairseq's FP16Optimizer does it: the model in half
+        # precision, Adam on float32 master copies (Adam's eps underflows in half precision)
         self.master = None
-        if settings.fp16:
-            self.model = self.model.half()
+        if settings.half is not None:
+            self.model = self.model.to(settings.half)
             self.master = [p.detach().float().requires_grad_() for p in self.model.parameters()]
         self.optimizer = torch.optim.Adam(self.master or self.model.parameters(), lr=1e-4)
         self.src, self.lengths, self.prev, self.tgt = make_batch(settings, dictionary, device)
@@ -299,9 +316,12 @@ def measure_time(rows: List[BenchRow], settings, device):
     for _ in range(settings.repeats):
         for label, runner in runners.items():
             train[label].append(runner.train_step())
-            speed, in_encoder = runner.decode_step()
-            decode[label].append(speed)
-            decode_encoder[label].append(in_encoder)
+            if settings.decode:
+                speed, in_encoder = runner.decode_step()
+                decode[label].append(speed)
+                decode_encoder[label].append(in_encoder)
+            else:
+                runner.infer_step()  # untimed, in the search's place: the first use of the updated weights
             infer[label].append(runner.infer_step())  # the second use of the updated weights
     params = {
         label: sum(p.numel() for p in runner.model.parameters())
@@ -313,7 +333,7 @@ def measure_time(rows: List[BenchRow], settings, device):
 def run(settings) -> dict:
     device = torch.device(settings.device)
     torch.set_num_threads(settings.threads)
-    wanted = settings.rows.split(",") if settings.rows else [row.label for row in ROWS]
+    wanted = settings.rows.split(",") if settings.rows else [row.label for row in ROWS if row.by_default]
     unknown = set(wanted) - {row.label for row in ROWS}
     if unknown:
         raise SystemExit(f"unknown --rows {sorted(unknown)}; choose from {[r.label for r in ROWS]}")
@@ -325,7 +345,7 @@ def run(settings) -> dict:
     needed.add("stock")
     rows = [row for row in ROWS if row.label in needed]
     train_runs, infer_runs, decode_runs, decode_encoder_runs, params = measure_time(rows, settings, device)
-    train, infer, decode, decode_encoder = ({label: statistics.median(v) for label, v in runs.items()}
+    train, infer, decode, decode_encoder = ({label: statistics.median(v) for label, v in runs.items() if v}
                                             for runs in (train_runs, infer_runs, decode_runs, decode_encoder_runs))
     peaks = measure_memory(rows, settings, device) if settings.memory else {}
 
@@ -341,37 +361,47 @@ def run(settings) -> dict:
             "infer_ms": 1000 * infer[row.label],
             "infer_ratio": infer[row.label] / infer[base],
             "infer_ratio_per_repeat": per_repeat_ratios(infer_runs[row.label], infer_runs[base]),
-            "decode_sent_per_s": decode[row.label],
-            "decode_ratio": decode[row.label] / decode[base],
-            "decode_ratio_per_repeat": per_repeat_ratios(decode_runs[row.label], decode_runs[base]),
-            "decode_encoder_ms": 1000 * decode_encoder[row.label],
         }
+        if settings.decode:
+            entry.update({
+                "decode_sent_per_s": decode[row.label],
+                "decode_ratio": decode[row.label] / decode[base],
+                "decode_ratio_per_repeat": per_repeat_ratios(decode_runs[row.label], decode_runs[base]),
+                "decode_encoder_ms": 1000 * decode_encoder[row.label],
+            })
         if row.label in peaks:
             entry["peak_mb"] = peaks[row.label]
             entry["peak_ratio"] = peaks[row.label] / peaks[base]
         results.append(entry)
+    dtype = str(settings.half or torch.float32).replace("torch.", "")
     return {
-        "settings": vars(settings),
+        "settings": {**vars(settings), "half": None if settings.half is None else dtype},
         "torch": torch.__version__,
         "device": str(device),
+        "dtype": dtype,
         "threads": torch.get_num_threads(),
         "rows": results,
     }
 
 
 def format_table(report: dict) -> str:
-    header = (f"{'row':<12} {'params':>11} {'train ms':>9} {'x base':>8} {'per repeat':>11} "
-              f"{'infer ms':>9} {'x base':>8} {'decode/s':>9} {'x base':>8} {'enc ms':>7} {'peak MB':>8} "
-              f"{'x base':>8}  base")
+    """One line per row: times, ratios to its baseline and each ratio's range over the repeats."""
+    decode = "decode_ratio" in report["rows"][0]
+    header = (f"{'row':<15} {'params':>11} {'train ms':>9} {'x base':>7} {'per repeat':>11} "
+              f"{'infer ms':>9} {'x base':>7} {'per repeat':>11} "
+              + (f"{'decode/s':>9} {'x base':>7} {'enc ms':>7} " if decode else "")
+              + f"{'peak MB':>8} {'x base':>7}  base")
     lines = [header, "-" * len(header)]
     for r in report["rows"]:
-        peak = f"{r['peak_mb']:8.0f} {r['peak_ratio']:8.2f}" if "peak_mb" in r else f"{'-':>8} {'-':>8}"
-        spread = r["train_ratio_per_repeat"]
+        peak = f"{r['peak_mb']:8.0f} {r['peak_ratio']:7.2f}" if "peak_mb" in r else f"{'-':>8} {'-':>7}"
+        train, infer = r["train_ratio_per_repeat"], r["infer_ratio_per_repeat"]
         lines.append(
-            f"{r['label']:<12} {r['params']:>11,} {r['train_ms']:9.1f} {r['train_ratio']:8.2f} "
-            f"{min(spread):5.2f}-{max(spread):5.2f} "
-            f"{r['infer_ms']:9.1f} {r['infer_ratio']:8.2f} {r['decode_sent_per_s']:9.1f} "
-            f"{r['decode_ratio']:8.2f} {r['decode_encoder_ms']:7.1f} {peak}  {r['baseline']}"
+            f"{r['label']:<15} {r['params']:>11,} {r['train_ms']:9.1f} {r['train_ratio']:7.2f} "
+            f"{min(train):5.2f}-{max(train):5.2f} "
+            f"{r['infer_ms']:9.1f} {r['infer_ratio']:7.2f} {min(infer):5.2f}-{max(infer):5.2f} "
+            + (f"{r['decode_sent_per_s']:9.1f} {r['decode_ratio']:7.2f} {r['decode_encoder_ms']:7.1f} "
+               if decode else "")
+            + f"{peak}  {r['baseline']}"
         )
     return "\n".join(lines)
 
@@ -485,7 +515,8 @@ def profile_row(row: BenchRow, settings, device, updates: int = 3) -> str:
 def get_parser():
     parser = argparse.ArgumentParser(prog="fairseq-posattn-bench",
                                      description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", default="", help="comma-separated row labels (default: all); stock and each row's baseline always run")
+    parser.add_argument("--rows", default="", help="comma-separated row labels (default: all but the kernel comparisons *-sdpa, shawkeys, "
+                        "*-explicit); stock and each row's baseline always run")
     parser.add_argument("--batch", type=int, default=32, help="sentences per batch (B)")
     parser.add_argument("--length", type=int, default=64, help="source/target length (T)")
     parser.add_argument("--embed-dim", type=int, default=512)
@@ -496,12 +527,17 @@ def get_parser():
     parser.add_argument("--max-positions", type=int, default=256,
                         help="--max-source-positions; at most the P/R/conv1d table size t (256)")
     parser.add_argument("--repeats", type=int, default=5, help="timed updates per row")
+    parser.add_argument("--no-decode", dest="decode", action="store_false",
+                        help="skip the timed beam search (training, inference and memory only)")
     parser.add_argument("--decode-steps", type=int, default=16,
                         help="target length of the timed beam search")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--fp16", action="store_true",
-                        help="model in half precision, Adam on float32 master weights as fairseq's --fp16 (CUDA)")
+    precision = parser.add_mutually_exclusive_group()
+    precision.add_argument("--fp16", dest="half", action="store_const", const=torch.float16, default=None,
+                           help="model in float16, Adam on float32 master weights as fairseq's --fp16 (CUDA)")
+    precision.add_argument("--bf16", dest="half", action="store_const", const=torch.bfloat16,
+                           help="model in bfloat16, Adam on float32 master weights as fairseq's --bf16")
     parser.add_argument("--no-memory", dest="memory", action="store_false",
                         help="skip the peak-memory measurement")
     parser.add_argument("--seed", type=int, default=1)
@@ -524,7 +560,7 @@ def main(argv=None):
     print(
         f"B={settings.batch} T={settings.length} d={settings.embed_dim} ffn={settings.ffn_dim} "
         f"heads={settings.heads} layers={settings.layers}+{settings.layers} vocab={settings.vocab} "
-        f"device={report['device']} threads={report['threads']} torch={report['torch']}"
+        f"device={report['device']} {report['dtype']} threads={report['threads']} torch={report['torch']}"
     )
     print(format_table(report))
     if settings.json:

@@ -4,6 +4,7 @@
     fairseq-posattn-bench-recurrent --profile        # + torch.profiler tables of the ON-LSTM layer
     fairseq-posattn-bench-recurrent --threads 1 --repeats 11
     fairseq-posattn-bench-recurrent --min-length 32  # padded batches, lengths 32..64
+    fairseq-posattn-bench-recurrent --device cuda --bf16   # or --fp16: every row in half precision
 
 Rows, all bidirectional with hidden = d per direction:
 
@@ -61,7 +62,12 @@ def get_parser():
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
-    p.add_argument("--device", default="cpu", help="cpu or cuda (float32; on cuda nn.LSTM is cuDNN's)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda (on cuda nn.LSTM is cuDNN's)")
+    precision = p.add_mutually_exclusive_group()
+    precision.add_argument("--fp16", dest="dtype", action="store_const", const=torch.float16,
+                           default=torch.float32, help="every row's weights and inputs in float16")
+    precision.add_argument("--bf16", dest="dtype", action="store_const", const=torch.bfloat16,
+                           help="every row's weights and inputs in bfloat16")
     p.add_argument("--profile", action="store_true",
                    help="print torch.profiler's forward/backward split and top ops of the ON-LSTM layer")
     p.add_argument("--json", default=None, help="also write the results here")
@@ -79,13 +85,13 @@ def _zero(module):
 def build(args):
     torch.manual_seed(0)
     d, t, b = args.dim, args.seq_len, args.batch
-    x = torch.randn(t, b, d).to(args.device).requires_grad_()
+    x = torch.randn(t, b, d).to(args.device, args.dtype).requires_grad_()
     lengths = torch.full((b,), t, dtype=torch.long)
     if args.min_length is not None:
         lengths = torch.randint(args.min_length, t + 1, (b,))
         lengths[0] = t
     lengths = lengths.to(args.device)
-    lstm = torch.nn.LSTM(d, d, bidirectional=True).to(args.device)
+    lstm = torch.nn.LSTM(d, d, bidirectional=True).to(args.device, args.dtype)
     rows = {
         "nn.LSTM": (lstm, lambda: lstm(x)[0]),
     }
@@ -93,7 +99,7 @@ def build(args):
     if kernels.choose("auto", x.device, x.dtype) != "reference":
         layers.append(("ON-LSTM, reference", "onlstm", "reference"))
     for label, cell, kernel in layers:
-        layer = RecurrentLayer(d, cell, kernel=kernel).to(args.device)
+        layer = RecurrentLayer(d, cell, kernel=kernel).to(args.device, args.dtype)
         rows[label] = (layer, (lambda layer=layer: layer(x, lengths)))
     return x, rows
 
@@ -125,7 +131,8 @@ def run(args):
                 if repeat >= args.warmup:
                     times[label].append(time.perf_counter() - start)
     result = {
-        "config": {"device": str(x.device), "dim": args.dim, "seq_len": args.seq_len,
+        "config": {"device": str(x.device), "dtype": str(x.dtype).replace("torch.", ""),
+                   "dim": args.dim, "seq_len": args.seq_len,
                    "batch": args.batch, "repeats": args.repeats, "min_length": args.min_length,
                    "threads": torch.get_num_threads(), "torch": torch.__version__,
                    "mkldnn": torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled},
@@ -183,7 +190,7 @@ def main(argv=None):
     result = run(args)
     cfg = result["config"]
     lengths = "T" if cfg["min_length"] is None else "%d..T" % cfg["min_length"]
-    print("d=%(dim)d T=%(seq_len)d B=%(batch)d float32 %(device)s, %(threads)d threads, torch %(torch)s, "
+    print("d=%(dim)d T=%(seq_len)d B=%(batch)d %(dtype)s %(device)s, %(threads)d threads, torch %(torch)s, "
           "median of %(repeats)d interleaved repeats" % cfg + ", layer lengths " + lengths)
     print("%-14s %10s %10s %22s %10s %22s" % ("", "params", "train ms", "ratio [per repeat]", "infer ms",
                                               "ratio [per repeat]"))

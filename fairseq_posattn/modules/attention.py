@@ -14,20 +14,25 @@ With no term and no temperature it computes what fairseq's
 the same names (``q_proj``, ``k_proj``, ``v_proj``, ``out_proj``), so stock
 checkpoints load into it.
 
-When no probability or value term is on, no weights are asked for and no
-gradient must reach the score terms (no terms, or inference), the layer hands
-the logits' additive part (score terms + mask) to PyTorch's fused
-``scaled_dot_product_attention``, whose kernels accumulate the softmax in
-float32; otherwise it runs the explicit path above.  Score terms are summed in
-float32 on both paths (cast to the query's dtype only to enter the fused
-kernel, which requires it).
+Which code computes a call is decided in one place, :meth:`_path`, from the
+layer's ``kernel`` (``--encoder-attention-kernel``, :data:`ATTENTION_KERNELS`),
+its terms, the device, the dtype and whether a gradient must reach the score
+terms:
 
-A layer whose terms are exactly Shaw relative keys and values of one or two
-position sets (``--relative-positions``, ``--structural-relative-positions``,
-``transformer_struct``) runs instead, when nothing needs its weights, the
-flash-style Triton kernel of :mod:`.relative_flash`, which computes both terms
-inside the attention: on CUDA by default, on the CPU only when asked for
-(``relative_kernel="triton"``, under Triton's interpreter).
+* ``triton``: the flash-style kernel of :mod:`.relative_flash`, which computes
+  Shaw relative keys and values (one or two position sets, no other term)
+  inside the attention; ``auto`` takes it on CUDA where Triton is installed;
+* ``sdpa``: PyTorch's ``scaled_dot_product_attention`` with the score terms
+  and the padding as its additive mask (cast to the query's dtype, which it
+  requires; its kernels accumulate the softmax in float32); ``auto`` takes it
+  where no gradient must reach the score terms (no terms, or inference), an
+  explicit ``sdpa`` also where one must (the bias's gradient then comes from
+  PyTorch's backward of the fused attention);
+* ``explicit``: the steps above, written out; whenever the probabilities are
+  needed (probability or value terms, attention weights asked for).
+
+An explicit kernel that cannot compute the layer's terms is refused when the
+layer is built.
 """
 
 from typing import Optional, Sequence, Tuple
@@ -42,7 +47,7 @@ from . import relative_flash
 from .attention_context import AttentionContext
 from .precision import at_least_float32
 
-RELATIVE_KERNELS = ("auto", "explicit", "triton")
+ATTENTION_KERNELS = ("auto", "explicit", "sdpa", "triton")
 
 
 class PositionAwareSelfAttention(nn.Module):
@@ -60,12 +65,9 @@ class PositionAwareSelfAttention(nn.Module):
             probs`` applied after the softmax.
         value_terms: modules ``(probs, context) -> [B, H, T, d_h]`` added to
             the attended values.
-        fused: allow the fused kernel when the terms permit it.
-        relative_kernel: what computes Shaw relative keys and values when they
-            are the only terms: ``auto`` (the Triton kernel of
-            :mod:`.relative_flash` on CUDA where Triton is installed, the
-            explicit path elsewhere), ``explicit``, or ``triton`` (the kernel
-            on any device, the CPU under ``TRITON_INTERPRET=1``).
+        kernel: what computes the attention (:data:`ATTENTION_KERNELS`, see
+            the module's docstring and :meth:`_path`); ``triton`` runs on the
+            CPU only under ``TRITON_INTERPRET=1``.
     """
 
     def __init__(
@@ -80,20 +82,16 @@ class PositionAwareSelfAttention(nn.Module):
         value_terms: Sequence[nn.Module] = (),
         q_noise: float = 0.0,
         qn_block_size: int = 8,
-        fused: bool = True,
-        relative_kernel: str = "auto",
+        kernel: str = "auto",
     ):
         super().__init__()
         if embed_dim % num_heads:
             raise ValueError(
                 f"embed_dim {embed_dim} is not divisible by num_heads {num_heads}"
             )
-        if relative_kernel not in RELATIVE_KERNELS:
-            raise ValueError(
-                f"relative_kernel {relative_kernel!r} is not one of {', '.join(RELATIVE_KERNELS)}"
-            )
-        if relative_kernel == "triton" and relative_flash.triton is None:
-            raise ValueError("relative_kernel 'triton' needs the triton package (pip install triton)")
+        reason = kernel_unavailable(kernel, score_terms, probability_terms, value_terms)
+        if reason is not None:
+            raise ValueError(f"--encoder-attention-kernel {kernel}: {reason}")
         self.embed_dim = embed_dim
         self.num_heads = num_heads
         self.head_dim = embed_dim // num_heads
@@ -121,8 +119,7 @@ class PositionAwareSelfAttention(nn.Module):
         self.score_terms = nn.ModuleList(score_terms)
         self.probability_terms = nn.ModuleList(probability_terms)
         self.value_terms = nn.ModuleList(value_terms)
-        self.fused = fused
-        self.relative_kernel = relative_kernel
+        self.kernel = kernel
         # True: every call returns its weights (as with need_weights), so that
         # forward hooks see them (fairseq_posattn.analysis.attention_maps)
         self.expose_weights = False
@@ -192,13 +189,13 @@ class PositionAwareSelfAttention(nn.Module):
         if key_padding_mask is not None:
             key_padding_mask = key_padding_mask.to(torch.bool)
         q, k, v = self._project(x)
-        flash = self._runs_relative_flash(q, need_weights)
-        bias = None if flash else self._score_bias(q, x, context)
+        path = self._path(q, need_weights)
+        bias = None if path == "triton" else self._score_bias(q, x, context)
 
         weights = None
-        if flash:
+        if path == "triton":
             out = self._relative_flash(q, k, v, key_padding_mask, context)
-        elif self._can_fuse(bias, need_weights):
+        elif path == "sdpa":
             out = F.scaled_dot_product_attention(
                 q,
                 k,
@@ -227,19 +224,32 @@ class PositionAwareSelfAttention(nn.Module):
         out = out.permute(2, 0, 1, 3).reshape(length, batch, self.embed_dim)
         return self.out_proj(out), weights
 
-    def _runs_relative_flash(self, q: Tensor, need_weights: bool) -> bool:
-        """The Triton kernel of :mod:`.relative_flash` serves when the terms
-        are exactly Shaw keys and values of one or two position sets (no other
-        score term, no probability term), nothing needs the probabilities, the
-        inputs are float32 or half, and the kernel is asked for here: on CUDA
-        with Triton (``auto``), on any device (``triton``)."""
-        return (
-            self.relative_kernel != "explicit"
-            and not need_weights
-            and len(self.probability_terms) == 0
-            and q.dtype in relative_flash.DTYPES
-            and (self.relative_kernel == "triton" or (q.is_cuda and relative_flash.triton is not None))
+    def _path(self, q: Tensor, need_weights: bool) -> str:
+        """What computes this call: ``"triton"``, ``"sdpa"`` or ``"explicit"``
+        (the module's docstring gives the rules; this is the only place that
+        applies them)."""
+        if need_weights or self.kernel == "explicit" or len(self.probability_terms) > 0:
+            return "explicit"
+        if (
+            q.dtype in relative_flash.DTYPES
+            and (self.kernel == "triton" or (self.kernel == "auto" and q.is_cuda and relative_flash.triton is not None))
             and relative_flash.shaw_pairs(self.score_terms, self.value_terms) is not None
+        ):
+            return "triton"
+        if len(self.value_terms) > 0:
+            return "explicit"
+        if self.kernel == "sdpa" or not self._score_terms_need_grad(q):
+            return "sdpa"
+        return "explicit"
+
+    def _score_terms_need_grad(self, q: Tensor) -> bool:
+        """A gradient must reach the score terms: autograd records, and the
+        query or a term's parameter requires one (under ``no_grad`` a slice of
+        a parameter still says ``requires_grad``)."""
+        return (
+            torch.is_grad_enabled()
+            and len(self.score_terms) > 0
+            and (q.requires_grad or any(p.requires_grad for p in self.score_terms.parameters()))
         )
 
     def _relative_flash(
@@ -256,19 +266,6 @@ class PositionAwareSelfAttention(nn.Module):
             q, k, v, key_padding_mask, position_sets,
             dropout_p=self.dropout_module.p if dropout else 0.0,
             seed=relative_flash.draw_seed() if dropout else 0,
-        )
-
-    def _can_fuse(self, bias: Optional[Tensor], need_weights: bool) -> bool:
-        """The fused kernel serves when nothing needs the probabilities and no
-        gradient must flow into the score bias (it would fall back to a slower
-        unfused kernel than the explicit path): always under ``no_grad``
-        (a slice of a parameter still says ``requires_grad`` there)."""
-        return (
-            self.fused
-            and not need_weights
-            and len(self.probability_terms) == 0
-            and len(self.value_terms) == 0
-            and (bias is None or not torch.is_grad_enabled() or not bias.requires_grad)
         )
 
     def _dropout_active(self) -> bool:
@@ -291,3 +288,25 @@ class PositionAwareSelfAttention(nn.Module):
         else:
             mask = bias.to(dtype)
         return mask.masked_fill(pads, torch.finfo(dtype).min)
+
+
+def kernel_unavailable(
+    kernel: str,
+    score_terms: Sequence[nn.Module],
+    probability_terms: Sequence[nn.Module],
+    value_terms: Sequence[nn.Module],
+) -> Optional[str]:
+    """Why ``kernel`` cannot compute a layer with these terms, or None."""
+    if kernel not in ATTENTION_KERNELS:
+        return f"it is not one of {', '.join(ATTENTION_KERNELS)}"
+    if kernel == "sdpa" and (len(probability_terms) > 0 or len(value_terms) > 0):
+        return ("PyTorch's fused attention does not return the probabilities that convolved "
+                "attention and Shaw relative values need: use auto or explicit (or triton, for "
+                "Shaw relative keys and values alone)")
+    if kernel == "triton" and relative_flash.triton is None:
+        return "it needs the triton package (pip install triton)"
+    if kernel == "triton" and relative_flash.shaw_pairs(score_terms, value_terms) is None:
+        return ("the Triton kernel computes Shaw relative keys and values (--relative-positions, "
+                "--structural-relative-positions) in every layer and no other term: use auto, "
+                "explicit or sdpa")
+    return None

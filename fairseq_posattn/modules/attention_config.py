@@ -8,6 +8,7 @@ from typing import Dict, List, Optional
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from torch import nn
 
+from .attention import ATTENTION_KERNELS
 from .convolved_attention import ConvolvedAttention1d, ConvolvedAttention2d
 from .direct_interactions import AbsolutePositionInteraction, RelativePositionInteraction
 from .relative_positions import QueryProjectedRelativeScores, RelativeKeys, RelativeValues
@@ -18,6 +19,7 @@ INTERACTION_LAYER_CHOICES = ChoiceEnum(["first", "all"])
 OVERFLOW_CHOICES = ChoiceEnum(["error", "clamp"])
 CONVOLUTION_CHOICES = ChoiceEnum(["none", "1d", "2d"])
 STRUCTURAL_EMBEDDING_CHOICES = ChoiceEnum(["none", "fuse", "add"])
+ATTENTION_KERNEL_CHOICES = ChoiceEnum(list(ATTENTION_KERNELS))
 
 
 @dataclass
@@ -155,6 +157,16 @@ class PositionAttentionConfig(EncoderOptions):
         default=16,
         metadata={"help": "clip distance r of --structural-relative-positions"},
     )
+    encoder_attention_kernel: ATTENTION_KERNEL_CHOICES = field(
+        default="auto",
+        metadata={
+            "help": "what computes the encoder's self-attention: auto (the Triton kernel for "
+            "Shaw relative keys and values on CUDA, PyTorch's fused attention where no "
+            "gradient reaches the score terms, the explicit steps otherwise), explicit, "
+            "sdpa (PyTorch's fused attention, also with trainable score terms) or triton "
+            "(the Shaw kernel); a choice that cannot compute the layers' terms is refused"
+        },
+    )
 
     def uses_structure(self) -> bool:
         """True if the encoder needs the tree inputs of ``translation_struct``."""
@@ -277,4 +289,5 @@ class PositionAttentionConfig(EncoderOptions):
             score_terms=score_terms,
             probability_terms=probability_terms,
             value_terms=value_terms,
+            kernel=self.encoder_attention_kernel,
         )
