@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checks that need a CUDA GPU, in one go:
 #
-#   bash scripts/gpu_check.sh [OUT_DIR] [STEPS]   # OUT_DIR: gpu-check; STEPS: "tests bench recurrent"
+#   bash scripts/gpu_check.sh [OUT_DIR] [STEPS]   # OUT_DIR: gpu-check; STEPS: "tests bench recurrent" (or profile)
 #
 # tests      tests/test_cuda.py: every benchmark architecture on the GPU against
 #            the CPU (float32), in float16 and under fp16 autocast, the
@@ -22,6 +22,10 @@
 # recurrent  fairseq-posattn-bench-recurrent --device cuda --repeats 20 in
 #            float32, fp16 and bf16 (the ON-LSTM layer against cuDNN's LSTM):
 #            bench_recurrent_{fp32,fp16,bf16}.{txt,json}.
+# profile    fairseq-posattn-bench --device cuda --fp16 --profile ROW for the rows
+#            above their targets (temp, bilan, conv1d, conv2d, shaw, struct,
+#            onlstm-san, stock-deep): where an update's time goes, on the CPU
+#            side and on the GPU: profile_ROW.txt.
 #
 # It needs a CUDA build of torch with this package installed (docs/setup.md,
 # "GPU"); PYTHON names the interpreter (default python3). gpu.txt names the
@@ -38,7 +42,7 @@ cd "$REPO"
 export PYTHONUNBUFFERED=1
 
 for step in $STEPS; do
-    case "$step" in tests|bench|recurrent) ;; *) echo "gpu_check.sh: unknown step '$step' (tests, bench, recurrent)" >&2; exit 2 ;; esac
+    case "$step" in tests|bench|recurrent|profile) ;; *) echo "gpu_check.sh: unknown step '$step' (tests, bench, recurrent, profile)" >&2; exit 2 ;; esac
 done
 
 "$PYTHON" - <<'PY' | tee "$OUT/gpu.txt"
@@ -79,6 +83,12 @@ for step in $STEPS; do
             flags=(--device cuda --repeats 20 --json "$OUT/bench_recurrent_$precision.json")
             [[ "$precision" != fp32 ]] && flags+=(--"$precision")
             "$PYTHON" -m fairseq_posattn.bench.recurrent "${flags[@]}" | tee "$OUT/bench_recurrent_$precision.txt"
+        done
+        ;;
+    profile)
+        for row in temp bilan conv1d conv2d shaw struct onlstm-san stock-deep; do
+            "$PYTHON" -m fairseq_posattn.bench.models --device cuda --fp16 --profile "$row" > "$OUT/profile_$row.txt" 2>&1 \
+                || status=1
         done
         ;;
     esac

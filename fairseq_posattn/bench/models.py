@@ -444,11 +444,18 @@ def _ranges(averages) -> Dict[str, float]:
 
 
 def _costliest_operators(averages, per: float, total: float, count: int = 15) -> List[str]:
-    """The ``count`` operators of most self time, in ms per ``per`` and as a share of ``total``."""
+    """The ``count`` operators of most self time, in ms per ``per`` and as a share of
+    ``total``; on CUDA also the ``count`` of most time on the GPU, as a share of theirs."""
     operators = [e for e in averages if not e.key.startswith(("phase: ", "part: ", "ProfilerStep"))]
-    operators.sort(key=lambda e: -e.self_cpu_time_total)
-    return [f"  {e.key[:60]:<60} {e.self_cpu_time_total / 1000 / per:9.1f} ms  {e.self_cpu_time_total / total:6.1%}"
-            for e in operators[:count]]
+    lines = [f"  {e.key[:60]:<60} {e.self_cpu_time_total / 1000 / per:9.1f} ms  {e.self_cpu_time_total / total:6.1%}"
+             for e in sorted(operators, key=lambda e: -e.self_cpu_time_total)[:count]]
+    on_gpu = sum(e.self_device_time_total for e in operators)
+    if on_gpu > 0:
+        lines.append(f"  on the GPU (self device time): {on_gpu / 1000 / per:.1f} ms")
+        lines += [f"  {e.key[:60]:<60} {e.self_device_time_total / 1000 / per:9.1f} ms  "
+                  f"{e.self_device_time_total / on_gpu:6.1%}"
+                  for e in sorted(operators, key=lambda e: -e.self_device_time_total)[:count]]
+    return lines
 
 
 def profile_row(row: BenchRow, settings, device, updates: int = 3) -> str:
