@@ -10,7 +10,8 @@ Rows, all bidirectional with hidden = d per direction:
 
 * ``nn.LSTM``: a raw ``torch.nn.LSTM(d, d, bidirectional=True)`` on the
   unpadded ``[T, B, d]`` batch (oneDNN's fused RNN on CPU when available),
-  the reference;
+  the reference (on CUDA the run also names the GPU kernels of one of its
+  training steps, which say which algorithm cuDNN took);
 * ``LSTM layer``: :class:`RecurrentLayer` with ``cell="lstm"`` (packed
   ``nn.LSTM`` + 2d -> d projection + residual + pad mask);
 * ``ON-LSTM layer``: :class:`RecurrentLayer` with ``cell="onlstm"`` (on
@@ -185,9 +186,26 @@ def profile_table(args, row_limit=15):
     return "\n".join(tables)
 
 
+def lstm_kernels(args, top: int = 6) -> list:
+    """The GPU kernels of one ``nn.LSTM`` training step, most time first: their
+    names say which algorithm cuDNN took (``persist`` in the persistent ones)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    x, rows = build(args)
+    module, fn = rows["nn.LSTM"]
+    train_step(x, module, fn)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        train_step(x, module, fn)
+    kernels = [e for e in prof.key_averages() if e.self_device_time_total > 0]
+    kernels.sort(key=lambda e: -e.self_device_time_total)
+    return [e.key for e in kernels[:top]]
+
+
 def main(argv=None):
     args = get_parser().parse_args(argv)
     result = run(args)
+    if result["config"]["device"].startswith("cuda"):
+        result["lstm_kernels"] = lstm_kernels(args)
     cfg = result["config"]
     lengths = "T" if cfg["min_length"] is None else "%d..T" % cfg["min_length"]
     print("d=%(dim)d T=%(seq_len)d B=%(batch)d %(dtype)s %(device)s, %(threads)d threads, torch %(torch)s, "
@@ -198,6 +216,8 @@ def main(argv=None):
         print("%-14s %10d %10.1f %6.2fx [%5.2f-%5.2f] %10.1f %6.2fx [%5.2f-%5.2f]" % (
             r["label"], r["params"], r["train_ms"], r["train_ratio"], *r["train_ratio_range"],
             r["infer_ms"], r["infer_ratio"], *r["infer_ratio_range"]))
+    if "lstm_kernels" in result:
+        print("nn.LSTM's GPU kernels in one training step, most time first:", "; ".join(result["lstm_kernels"]))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
