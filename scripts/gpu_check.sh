@@ -9,14 +9,15 @@
 #            fairseq-generate with --fp16 and --bf16 (the benchmark's rows
 #            include the kernel comparisons: P-sdpa is P with the fused
 #            attention's own gradient of the score bias);
-#            tests/test_onlstm_triton.py and tests/test_relative_flash.py: the
-#            Triton kernels against the reference and the explicit path, compiled;
+#            tests/test_onlstm_triton.py, tests/test_relative_flash.py and
+#            tests/test_convolved_kernel.py: the Triton kernels against the
+#            reference and the explicit path, compiled;
 #            tests/test_onlstm_cpp.py: the CPU's C++ cell built against this
 #            (CUDA) torch; activation checkpointing and quant noise on the
 #            recurrent layers (about 4 minutes on an H200).
 # bench      fairseq-posattn-bench --device cuda --no-decode --repeats 20, every
 #            row and the kernel comparisons (P-sdpa, R-sdpa, bilan-sdpa,
-#            shawkeys-sdpa, shaw-explicit, struct-explicit), in fp16 and bf16,
+#            shawkeys-sdpa, shaw-explicit, struct-explicit, conv2d-explicit), in fp16 and bf16,
 #            at the defaults (B=32, T=64) and at --batch 64 --length 64 (about
 #            4,096 tokens a batch): bench_{fp16,bf16}_b{32,64}.{txt,json}.
 # recurrent  fairseq-posattn-bench-recurrent --device cuda --repeats 20 in
@@ -63,7 +64,7 @@ for step in $STEPS; do
         # the CPU's C++ cell, built ahead as scripts/setup_env.sh does (fairseq-posattn-build-cell)
         "$PYTHON" -m fairseq_posattn.modules.onlstm.cpu_cell 2>&1 | tail -n 1 | tee "$OUT/build_cell.log" || status=1
         "$PYTHON" -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_onlstm_triton.py \
-            tests/test_relative_flash.py tests/test_onlstm_cpp.py \
+            tests/test_relative_flash.py tests/test_convolved_kernel.py tests/test_onlstm_cpp.py \
             "tests/test_standard_flags.py::test_activation_checkpointing_gives_the_same_gradients" \
             "tests/test_standard_flags.py::test_quant_noise_changes_recurrent_outputs_in_training_only" \
             2>&1 | tee "$OUT/test_cuda.log" || status=1

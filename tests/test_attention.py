@@ -274,8 +274,10 @@ def test_trainable_score_terms_take_the_explicit_path():
     ("flash", "none", "it is not one of auto, explicit, sdpa, triton"),
     ("sdpa", "conv2d", "does not return the probabilities"),
     ("sdpa", "shaw", "does not return the probabilities"),
-    ("triton", "P", "computes Shaw relative keys and values"),
-    ("triton", "shaw_keys_only", "computes Shaw relative keys and values"),
+    ("triton", "P", "compute Shaw relative keys and values alone"),
+    ("triton", "shaw_keys_only", "compute Shaw relative keys and values alone"),
+    ("triton", "conv1d", "or the 2d convolved attention without value terms"),
+    ("triton", "everything_2d", "or the 2d convolved attention without value terms"),
 ])
 def test_a_kernel_that_cannot_compute_the_terms_is_refused_at_build(kernel, name, says):
     with pytest.raises(ValueError, match=f"--encoder-attention-kernel {kernel}: .*{says}"):

@@ -104,17 +104,22 @@ def assert_same(got, expected, dtype, units):
                                    msg=lambda message: f"{name}: {message}")
 
 
+def assert_kernel_is_the_explicit_path(options, padding, path):
+    """The layer of ``options`` takes the Triton kernel ``path``: its values and
+    every gradient in float32, to float32's rounding of the float64 explicit path."""
+    length, mask = PADDINGS[padding]
+    attn, explicit = flash_and_explicit(options)
+    mask = None if mask is None else mask.to(DEVICE)
+    x = torch.randn(length, 3, EMBED, dtype=torch.float64, device=DEVICE)
+    assert attn._path(torch.empty(0, device=DEVICE), need_weights=False) == path
+    expected = outputs_and_grads(explicit, x, mask, length)
+    assert_same(outputs_and_grads(attn, x.float(), mask, length), expected, torch.float32, 32)
+
+
 @pytest.mark.parametrize("padding", sorted(PADDINGS))
 @pytest.mark.parametrize("sets", sorted(SETS))
 def test_the_kernel_is_the_explicit_path(sets, padding):
-    """Values and every gradient in float32, to float32's rounding of the float64 path."""
-    length, mask = PADDINGS[padding]
-    attn, explicit = flash_and_explicit(SETS[sets])
-    mask = None if mask is None else mask.to(DEVICE)
-    x = torch.randn(length, 3, EMBED, dtype=torch.float64, device=DEVICE)
-    assert attn._path(torch.empty(0, device=DEVICE), need_weights=False) == "triton"
-    expected = outputs_and_grads(explicit, x, mask, length)
-    assert_same(outputs_and_grads(attn, x.float(), mask, length), expected, torch.float32, 32)
+    assert_kernel_is_the_explicit_path(SETS[sets], padding, "shaw_kernel")
 
 
 @pytest.mark.parametrize("name", ["shaw", "shaw_wide"])
@@ -207,21 +212,25 @@ def layer_options(name):
     return {**OPTION_SETS[first], **OPTION_SETS.get(second, {"learnable_temperature": True})}
 
 
-@pytest.mark.parametrize("name", sorted(TAKES_THE_KERNEL))
-def test_which_layers_take_the_kernel(name):
-    """``auto`` takes the kernel on CUDA, ``triton`` on any device, for the
-    layers it computes; never where the weights are asked for, in float64, or
-    with ``explicit``."""
-    attn = build(dtype=torch.float32, **layer_options(name))
+def assert_takes_the_kernel(options, path, takes):
+    """``auto`` takes the kernel ``path`` on CUDA, ``triton`` on any device, for
+    the layers it computes (``takes``); never where the weights are asked for,
+    in float64, or with ``explicit``."""
+    attn = build(dtype=torch.float32, **options)
     query = torch.empty(1, device=DEVICE)
     on_cuda = DEVICE == "cuda"
-    assert (attn._path(query, need_weights=False) == "triton") == (on_cuda and TAKES_THE_KERNEL[name])
+    assert (attn._path(query, need_weights=False) == path) == (on_cuda and takes)
     attn.kernel = "triton"
-    assert (attn._path(query, need_weights=False) == "triton") == TAKES_THE_KERNEL[name]
+    assert (attn._path(query, need_weights=False) == path) == takes
     assert attn._path(query, need_weights=True) == "explicit"
-    assert attn._path(query.double(), need_weights=False) != "triton"
+    assert attn._path(query.double(), need_weights=False) != path
     attn.kernel = "explicit"
     assert attn._path(query, need_weights=False) == "explicit"
+
+
+@pytest.mark.parametrize("name", sorted(TAKES_THE_KERNEL))
+def test_which_layers_take_the_kernel(name):
+    assert_takes_the_kernel(layer_options(name), "shaw_kernel", TAKES_THE_KERNEL[name])
 
 
 def test_the_kernel_needs_triton(monkeypatch):

@@ -102,6 +102,8 @@ ROWS = [
                                                       "explicit"], by_default=False),
     BenchRow("struct-explicit", "transformer_struct", ["--encoder-attention-kernel", "explicit"], trees=True,
              by_default=False),
+    BenchRow("conv2d-explicit", "transformer_posattn_conv2d", ["--encoder-attention-kernel", "explicit"],
+             by_default=False),
 ]
 
 

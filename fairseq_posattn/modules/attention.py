@@ -19,9 +19,12 @@ layer's ``kernel`` (``--encoder-attention-kernel``, :data:`ATTENTION_KERNELS`),
 its terms, the device, the dtype and whether a gradient must reach the score
 terms:
 
-* ``triton``: the flash-style kernel of :mod:`.relative_flash`, which computes
-  Shaw relative keys and values (one or two position sets, no other term)
-  inside the attention; ``auto`` takes it on CUDA where Triton is installed;
+* ``triton``: a Triton kernel for the layer's terms: Shaw relative keys and
+  values (one or two position sets, no other term) inside the flash-style
+  attention of :mod:`.relative_flash`, or the 2d convolved attention (after
+  any score terms, without value terms) with its softmax, masks and dropout
+  in :mod:`.convolved_kernel`; ``auto`` takes them on CUDA where Triton is
+  installed;
 * ``sdpa``: PyTorch's ``scaled_dot_product_attention`` with the score terms
   and the padding as its additive mask (cast to the query's dtype, which it
   requires; its kernels accumulate the softmax in float32); ``auto`` takes it
@@ -43,8 +46,9 @@ from fairseq.modules.fairseq_dropout import FairseqDropout
 from fairseq.modules.quant_noise import quant_noise
 from torch import Tensor, nn
 
-from . import relative_flash
+from . import convolved_kernel, relative_flash
 from .attention_context import AttentionContext
+from .convolved_attention import ConvolvedAttention2d
 from .precision import at_least_float32
 
 ATTENTION_KERNELS = ("auto", "explicit", "sdpa", "triton")
@@ -190,11 +194,17 @@ class PositionAwareSelfAttention(nn.Module):
             key_padding_mask = key_padding_mask.to(torch.bool)
         q, k, v = self._project(x)
         path = self._path(q, need_weights)
-        bias = None if path == "triton" else self._score_bias(q, x, context)
+        bias = None if path == "shaw_kernel" else self._score_bias(q, x, context)
 
         weights = None
-        if path == "triton":
+        if path == "shaw_kernel":
             out = self._relative_flash(q, k, v, key_padding_mask, context)
+        elif path == "conv2d_kernel":
+            conv = self.probability_terms[0]
+            probs = convolved_kernel.convolved_attention_2d(
+                self._logits(q, k, bias), key_padding_mask, conv.weight, conv.bias, *self._kernel_dropout(), v.dtype
+            )
+            out = torch.matmul(probs, v)
         elif path == "sdpa":
             out = F.scaled_dot_product_attention(
                 q,
@@ -204,9 +214,7 @@ class PositionAwareSelfAttention(nn.Module):
                 dropout_p=self.dropout_module.p if self._dropout_active() else 0.0,
             )
         else:
-            logits = at_least_float32(torch.matmul(q * self.scaling, k.transpose(-1, -2)))
-            if bias is not None:
-                logits = logits + bias
+            logits = self._logits(q, k, bias)
             if key_padding_mask is not None:
                 logits = logits.masked_fill(
                     key_padding_mask[:, None, None, :], torch.finfo(torch.float32).min
@@ -224,19 +232,24 @@ class PositionAwareSelfAttention(nn.Module):
         out = out.permute(2, 0, 1, 3).reshape(length, batch, self.embed_dim)
         return self.out_proj(out), weights
 
+    def _logits(self, q: Tensor, k: Tensor, bias: Optional[Tensor]) -> Tensor:
+        """``q k^T / sqrt(d_h)`` + the score terms, in float32 or wider."""
+        logits = at_least_float32(torch.matmul(q * self.scaling, k.transpose(-1, -2)))
+        return logits if bias is None else logits + bias
+
     def _path(self, q: Tensor, need_weights: bool) -> str:
-        """What computes this call: ``"triton"``, ``"sdpa"`` or ``"explicit"``
-        (the module's docstring gives the rules; this is the only place that
-        applies them)."""
-        if need_weights or self.kernel == "explicit" or len(self.probability_terms) > 0:
+        """What computes this call: ``"shaw_kernel"`` or ``"conv2d_kernel"``
+        (``triton``), ``"sdpa"`` or ``"explicit"`` (the module's docstring
+        gives the rules; this is the only place that applies them)."""
+        if need_weights or self.kernel == "explicit":
             return "explicit"
-        if (
-            q.dtype in relative_flash.DTYPES
-            and (self.kernel == "triton" or (self.kernel == "auto" and q.is_cuda and relative_flash.triton is not None))
-            and relative_flash.shaw_pairs(self.score_terms, self.value_terms) is not None
+        if q.dtype in relative_flash.DTYPES and (
+            self.kernel == "triton" or (self.kernel == "auto" and q.is_cuda and relative_flash.triton is not None)
         ):
-            return "triton"
-        if len(self.value_terms) > 0:
+            served = triton_kernel(self.score_terms, self.probability_terms, self.value_terms)
+            if served is not None:
+                return served
+        if len(self.probability_terms) > 0 or len(self.value_terms) > 0:
             return "explicit"
         if self.kernel == "sdpa" or not self._score_terms_need_grad(q):
             return "sdpa"
@@ -261,12 +274,16 @@ class PositionAwareSelfAttention(nn.Module):
              keys.embedding, values.embedding)
             for keys, values in relative_flash.shaw_pairs(self.score_terms, self.value_terms)
         ]
-        dropout = self._dropout_active() and self.dropout_module.p > 0
+        dropout_p, seed = self._kernel_dropout()
         return relative_flash.relative_flash_attention(
-            q, k, v, key_padding_mask, position_sets,
-            dropout_p=self.dropout_module.p if dropout else 0.0,
-            seed=relative_flash.draw_seed() if dropout else 0,
+            q, k, v, key_padding_mask, position_sets, dropout_p=dropout_p, seed=seed
         )
+
+    def _kernel_dropout(self) -> Tuple[float, int]:
+        """The attention dropout of the Triton kernels and their Philox seed."""
+        if self._dropout_active() and self.dropout_module.p > 0:
+            return self.dropout_module.p, relative_flash.draw_seed()
+        return 0.0, 0
 
     def _dropout_active(self) -> bool:
         return self.training or self.dropout_module.apply_during_inference
@@ -305,8 +322,23 @@ def kernel_unavailable(
                 "Shaw relative keys and values alone)")
     if kernel == "triton" and relative_flash.triton is None:
         return "it needs the triton package (pip install triton)"
-    if kernel == "triton" and relative_flash.shaw_pairs(score_terms, value_terms) is None:
-        return ("the Triton kernel computes Shaw relative keys and values (--relative-positions, "
-                "--structural-relative-positions) in every layer and no other term: use auto, "
-                "explicit or sdpa")
+    if kernel == "triton" and triton_kernel(score_terms, probability_terms, value_terms) is None:
+        return ("the Triton kernels compute Shaw relative keys and values alone (--relative-positions, "
+                "--structural-relative-positions) or the 2d convolved attention without value terms "
+                "(--convolved-attention 2d), in every layer: use auto, explicit or sdpa")
+    return None
+
+
+def triton_kernel(
+    score_terms: Sequence[nn.Module], probability_terms: Sequence[nn.Module], value_terms: Sequence[nn.Module]
+) -> Optional[str]:
+    """The Triton kernel that computes a layer with these terms, or None:
+    ``"shaw_kernel"`` (:mod:`.relative_flash`: Shaw keys and values of one or
+    two position sets, nothing else) or ``"conv2d_kernel"``
+    (:mod:`.convolved_kernel`: the 2d convolution after any score terms)."""
+    if len(probability_terms) == 0 and relative_flash.shaw_pairs(score_terms, value_terms) is not None:
+        return "shaw_kernel"
+    if (len(probability_terms) == 1 and type(probability_terms[0]) is ConvolvedAttention2d
+            and len(value_terms) == 0):
+        return "conv2d_kernel"
     return None

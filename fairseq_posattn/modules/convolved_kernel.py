@@ -1,0 +1,199 @@
+"""The 2d convolved attention around its convolution in Triton kernels.
+
+Dufter, Schmitt & Schütze (2020), Sec. 2.5: ``A' = ReLU(conv(softmax(A)))``
+with one 3x3 filter and bias per head, computed as
+:class:`~.convolved_attention.ConvolvedAttention2d` and the attention layer's
+explicit path compute it: padded keys at float32's most negative logit
+before the softmax, rows and columns of padded tokens zeroed before the
+convolution ("same" zero padding), padded key columns zeroed after the ReLU,
+then the attention dropout.  Two kernels run the forward (the softmax with
+its masks; the convolution, ReLU, mask and dropout, writing the map in the
+values' dtype for ``A' V``) and two the backward (the gradient of the
+convolution's output, with each program's share of the filter's and bias's
+gradients in its own slot, summed afterwards; the transposed convolution and
+the softmax's backward), instead of some fifteen PyTorch kernels over
+``[B, H, T, T]`` maps.  The padded probabilities are kept for the backward
+(float32); the dropout mask is regenerated from its Philox seed, as
+:mod:`.relative_flash` does.  Everything is float32 inside the kernels.
+"""
+
+import torch
+from torch import Tensor
+
+from .relative_flash import MIN_DOT, triton
+
+if triton is not None:
+    import triton.language as tl
+
+    from .relative_flash import _PAD_LOGIT, _kept
+
+__all__ = ["convolved_attention_2d"]
+
+if triton is not None:
+
+    @triton.jit
+    def _pads(PADS, b, index, T, HAS_PADS: tl.constexpr):
+        """True at padded tokens (and past ``T``) among ``index``."""
+        outside = index >= T
+        if HAS_PADS:
+            return outside | (tl.load(PADS + b * T + index, mask=index < T, other=1) != 0)
+        return outside
+
+    @triton.jit
+    def _shifted(P, bh, rows, cols, T):
+        """``P[bh, rows, cols]`` of a ``[BH, T, T]`` map, zero outside it (the "same" padding)."""
+        inside = (rows[:, None] >= 0) & (rows[:, None] < T) & (cols[None, :] >= 0) & (cols[None, :] < T)
+        offsets = (bh * T + rows[:, None]).to(tl.int64) * T + cols[None, :]
+        return tl.load(P + offsets, mask=inside, other=0.0).to(tl.float32)
+
+    @triton.jit
+    def _convolved(P, W, bh, h, rows, cols, T, FLIP: tl.constexpr):
+        """``sum_{a,b} w[a, b] P[i + a - 1, j + b - 1]`` (``FLIP``: ``P[i - a + 1, j - b + 1]``,
+        the transposed convolution) over a tile."""
+        acc = tl.zeros((rows.shape[0], cols.shape[0]), dtype=tl.float32)
+        for a in tl.static_range(3):
+            for b in tl.static_range(3):
+                w = tl.load(W + h * 9 + a * 3 + b)
+                if FLIP:
+                    acc += w * _shifted(P, bh, rows - a + 1, cols - b + 1, T)
+                else:
+                    acc += w * _shifted(P, bh, rows + a - 1, cols + b - 1, T)
+        return acc
+
+    @triton.jit
+    def _softmax_forward(L, PADS, P, T, H, HAS_PADS: tl.constexpr, BLOCK_M: tl.constexpr,
+                         BLOCK_N: tl.constexpr):
+        """``P = softmax(L)`` over the keys, padded keys masked first, then
+        rows and columns of padded tokens set to zero."""
+        bh = tl.program_id(1)
+        b = bh // H
+        rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        cols = tl.arange(0, BLOCK_N)
+        pad_row = _pads(PADS, b, rows, T, HAS_PADS)
+        pad_col = _pads(PADS, b, cols, T, HAS_PADS)
+        offsets = (bh * T + rows[:, None]).to(tl.int64) * T + cols[None, :]
+        valid = (rows[:, None] < T) & (cols[None, :] < T)
+        logits = tl.load(L + offsets, mask=valid, other=float("-inf")).to(tl.float32)
+        logits = tl.where(pad_col[None, :] & (cols[None, :] < T), _PAD_LOGIT, logits)
+        logits = tl.where(rows[:, None] < T, logits, 0.0)  # no row: finite, and stored nowhere
+        e = tl.exp(logits - tl.max(logits, 1)[:, None])
+        p = e / tl.sum(e, 1)[:, None]
+        p = tl.where(pad_row[:, None] | pad_col[None, :], 0.0, p)
+        tl.store(P + offsets, p, mask=valid)
+
+    @triton.jit
+    def _conv_forward(P, PADS, W, BIAS, OUT, seed, dropout_p, T, H, HAS_PADS: tl.constexpr,
+                      DROPOUT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+        """``OUT = dropout(ReLU(conv(P) + bias))``, padded key columns zero."""
+        bh = tl.program_id(1)
+        b, h = bh // H, bh % H
+        rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        cols = tl.arange(0, BLOCK_N)
+        out = tl.maximum(_convolved(P, W, bh, h, rows, cols, T, False) + tl.load(BIAS + h), 0.0)
+        out = tl.where(_pads(PADS, b, cols, T, HAS_PADS)[None, :], 0.0, out)
+        if DROPOUT:
+            out = tl.where(_kept(seed, bh, rows, cols, T, dropout_p), out / (1.0 - dropout_p), 0.0)
+        offsets = (bh * T + rows[:, None]).to(tl.int64) * T + cols[None, :]
+        valid = (rows[:, None] < T) & (cols[None, :] < T)
+        tl.store(OUT + offsets, out.to(OUT.dtype.element_ty), mask=valid)
+
+    @triton.jit
+    def _conv_backward_out(P, PADS, W, BIAS, G_OUT, G_Z, SLOTS, seed, dropout_p, T, H,
+                           HAS_PADS: tl.constexpr, DROPOUT: tl.constexpr, BLOCK_M: tl.constexpr,
+                           BLOCK_N: tl.constexpr):
+        """``G_Z``: the gradient of the convolution's output (before the ReLU);
+        this program's share of the filter's (9) and bias's (1) gradients into its slot."""
+        bh = tl.program_id(1)
+        b, h = bh // H, bh % H
+        rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        cols = tl.arange(0, BLOCK_N)
+        offsets = (bh * T + rows[:, None]).to(tl.int64) * T + cols[None, :]
+        valid = (rows[:, None] < T) & (cols[None, :] < T)
+        g = tl.load(G_OUT + offsets, mask=valid, other=0.0).to(tl.float32)
+        if DROPOUT:
+            g = tl.where(_kept(seed, bh, rows, cols, T, dropout_p), g / (1.0 - dropout_p), 0.0)
+        z = _convolved(P, W, bh, h, rows, cols, T, False) + tl.load(BIAS + h)
+        g = tl.where(_pads(PADS, b, cols, T, HAS_PADS)[None, :] | (z <= 0.0), 0.0, g)
+        tl.store(G_Z + offsets, g, mask=valid)
+        slot = SLOTS + (bh * tl.num_programs(0) + tl.program_id(0)) * 10
+        for a in tl.static_range(3):
+            for c in tl.static_range(3):
+                tl.store(slot + a * 3 + c, tl.sum(g * _shifted(P, bh, rows + a - 1, cols + c - 1, T)))
+        tl.store(slot + 9, tl.sum(g))
+
+    @triton.jit
+    def _softmax_backward(P, PADS, W, G_Z, G_L, T, H, HAS_PADS: tl.constexpr, BLOCK_M: tl.constexpr,
+                          BLOCK_N: tl.constexpr):
+        """``G_L``: the logits' gradient, the transposed convolution of ``G_Z``
+        through the zero padding and the softmax (``p * (dp - sum_j p dp)``)."""
+        bh = tl.program_id(1)
+        b, h = bh // H, bh % H
+        rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        cols = tl.arange(0, BLOCK_N)
+        dp = _convolved(G_Z, W, bh, h, rows, cols, T, True)
+        pads = _pads(PADS, b, rows, T, HAS_PADS)[:, None] | _pads(PADS, b, cols, T, HAS_PADS)[None, :]
+        dp = tl.where(pads, 0.0, dp)
+        p = _shifted(P, bh, rows, cols, T)
+        dl = p * (dp - tl.sum(p * dp, 1)[:, None])
+        offsets = (bh * T + rows[:, None]).to(tl.int64) * T + cols[None, :]
+        tl.store(G_L + offsets, dl, mask=(rows[:, None] < T) & (cols[None, :] < T))
+
+
+def _blocks(length: int):
+    """Rows per program and the padded row width: whole rows, up to 4096 values a tile."""
+    width = max(MIN_DOT, triton.next_power_of_2(length))
+    return max(1, min(16, 4096 // width)), width
+
+
+class _ConvolvedAttention2d(torch.autograd.Function):
+
+    @staticmethod
+    def forward(ctx, logits, pads, weight, bias, dropout_p, seed, out_dtype):
+        batch, heads, length, _ = logits.shape
+        logits_dtype = logits.dtype
+        logits = logits.float().contiguous()
+        block_m, block_n = _blocks(length)
+        grid = (triton.cdiv(length, block_m), batch * heads)
+        ctx.launch = dict(T=length, H=heads, HAS_PADS=pads is not None, BLOCK_M=block_m, BLOCK_N=block_n)
+        ctx.dropout = dict(seed=seed, dropout_p=dropout_p, DROPOUT=dropout_p > 0)
+        pads = logits.new_empty(0, dtype=torch.uint8) if pads is None else pads.contiguous().view(torch.uint8)
+        ctx.dtypes = logits_dtype, weight.dtype, bias.dtype
+        weight, bias = weight.float().contiguous(), bias.float().contiguous()
+        probs = torch.empty_like(logits)
+        _softmax_forward[grid](logits, pads, probs, **ctx.launch)
+        out = torch.empty(logits.shape, dtype=out_dtype, device=logits.device)
+        _conv_forward[grid](probs, pads, weight, bias, out, **ctx.dropout, **ctx.launch)
+        ctx.save_for_backward(probs, pads, weight, bias)
+        ctx.grid = grid
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        probs, pads, weight, bias = ctx.saved_tensors
+        grad_z = torch.empty_like(probs)
+        slots = torch.empty(ctx.grid[1], ctx.grid[0], 10, dtype=torch.float32, device=probs.device)
+        _conv_backward_out[ctx.grid](probs, pads, weight, bias, grad_out.contiguous(), grad_z, slots,
+                                     **ctx.dropout, **ctx.launch)
+        grad_logits = torch.empty_like(probs)
+        _softmax_backward[ctx.grid](probs, pads, weight, grad_z, grad_logits, **ctx.launch)
+        heads = ctx.launch["H"]
+        sums = slots.view(-1, heads, ctx.grid[0], 10).sum((0, 2))  # per head: 9 filter taps, bias
+        logits_dtype, weight_dtype, bias_dtype = ctx.dtypes
+        return (grad_logits.to(logits_dtype), None, sums[:, :9].view(heads, 1, 3, 3).to(weight_dtype),
+                sums[:, 9].to(bias_dtype), None, None, None)
+
+
+def convolved_attention_2d(
+    logits: Tensor, key_padding_mask, weight: Tensor, bias: Tensor, dropout_p: float, seed: int,
+    out_dtype: torch.dtype,
+) -> Tensor:
+    """``dropout(A')`` of the 2d convolved attention (Dufter et al. 2020, Sec. 2.5).
+
+    Args:
+        logits: ``[B, H, T, T]`` scores with every score term, not yet masked.
+        key_padding_mask: ``[B, T]`` bool, True at pads, or None.
+        weight, bias: the per-head ``[H, 1, 3, 3]`` filters and ``[H]`` biases.
+        dropout_p, seed: attention dropout and its Philox seed.
+        out_dtype: the dtype of the returned map (the values').
+    """
+    return _ConvolvedAttention2d.apply(logits, key_padding_mask, weight, bias, dropout_p, seed, out_dtype)

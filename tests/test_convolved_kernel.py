@@ -1,0 +1,121 @@
+"""The Triton kernels of the 2d convolved attention (``modules/convolved_kernel.py``)
+against the layer's explicit path: values and every gradient (the input, the
+projections, the filters and biases, the score terms'), pads anywhere and
+sentences without a real token, lengths that fill no block, half precision,
+dropout with the kernels' own mask, and which layers take them.
+
+On a machine without a GPU the kernels run in Triton's interpreter on the
+CPU (``TRITON_INTERPRET=1``, set by conftest.py); on CUDA, compiled
+(``scripts/gpu_check.sh``).
+"""
+
+import os
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from test_attention import OPTION_SETS, build, right_padding_mask  # noqa: E402
+from test_relative_flash import (  # noqa: E402
+    PADDINGS, assert_kernel_is_the_explicit_path, assert_takes_the_kernel, flash_and_explicit,
+)
+
+from fairseq_posattn.modules.relative_flash import draw_seed, dropout_keep  # noqa: E402
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+if DEVICE == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+    pytest.skip("no GPU and Triton's interpreter is off (TRITON_INTERPRET=1)", allow_module_level=True)
+
+LAYERS = {
+    "conv2d": OPTION_SETS["conv2d"],
+    "conv2d+P+temperature": dict(convolved_attention="2d", position_interactions="P", interaction_max_len=32,
+                                 learnable_temperature=True),
+    "conv2d+shaw-keys+bilan": dict(convolved_attention="2d", relative_positions=True, max_relative_position=2,
+                                   no_relative_values=True, query_relative_positions=True,
+                                   query_relative_clip=3),
+}
+
+
+@pytest.mark.parametrize("padding", sorted(PADDINGS))
+@pytest.mark.parametrize("layer", sorted(LAYERS))
+def test_the_kernels_are_the_explicit_path(layer, padding):
+    assert_kernel_is_the_explicit_path(LAYERS[layer], padding, "conv2d_kernel")
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_is_the_explicit_path_to_its_rounding(dtype):
+    length, mask = PADDINGS["right-padded"]
+    attn, explicit = flash_and_explicit(LAYERS["conv2d+P+temperature"], dtype=dtype)
+    x = torch.randn(length, 3, attn.embed_dim, dtype=torch.float64, device=DEVICE)
+    mask = mask.to(DEVICE)
+    out, _ = attn(x.to(dtype), key_padding_mask=mask)
+    expected, _ = explicit(x, key_padding_mask=mask)
+    real = ~mask.t()[:, :, None]
+    tolerance = 2e-2 if dtype == torch.float16 else 8e-2
+    assert out.dtype == dtype and torch.isfinite(out).all()
+    torch.testing.assert_close(out.double() * real, expected * real, atol=tolerance, rtol=tolerance)
+
+
+def test_dropout_is_the_explicit_maps_with_the_kernels_mask():
+    """In training the kernels drop entries of ``A'`` by their Philox mask:
+    the output is ``(A' * keep / (1 - p)) V`` with the explicit path's ``A'``."""
+    length, mask = PADDINGS["right-padded"]
+    attn, explicit = flash_and_explicit(LAYERS["conv2d"], dropout=0.25)
+    attn.train()
+    explicit.eval()
+    mask = mask.to(DEVICE)
+    x = torch.randn(length, 3, attn.embed_dim, dtype=torch.float64, device=DEVICE)
+    torch.manual_seed(11)
+    out, _ = attn(x.float(), key_padding_mask=mask)
+    torch.manual_seed(11)
+    seed = draw_seed()  # what the layer drew
+    keep = dropout_keep(seed, 0.25, 3 * attn.num_heads, length, DEVICE).view(3, attn.num_heads, length, length)
+    _, maps = explicit(x, key_padding_mask=mask, need_weights=True)
+    q, k, v = explicit._project(x)
+    values = torch.matmul(maps * keep / 0.75, v).permute(2, 0, 1, 3).reshape(length, 3, attn.embed_dim)
+    expected = explicit.out_proj(values)
+    real = ~mask.t()[:, :, None]
+    assert 0.15 < 1 - keep.float().mean() < 0.35
+    torch.testing.assert_close(out.double() * real, expected * real, atol=2e-5, rtol=2e-4)
+
+
+# layer options -> the kernels serve it (under --encoder-attention-kernel triton)
+TAKES_THE_KERNELS = {
+    "conv2d": True,
+    "conv2d+P+temperature": True,
+    "conv2d+shaw-keys+bilan": True,
+    "conv1d": False,  # a t x t filter per offset: a matmul, not a stencil
+    "everything_2d": False,  # Shaw values read the convolved map
+}
+
+
+@pytest.mark.parametrize("name", sorted(TAKES_THE_KERNELS))
+def test_which_layers_take_the_kernels(name):
+    assert_takes_the_kernel(LAYERS.get(name) or OPTION_SETS[name], "conv2d_kernel", TAKES_THE_KERNELS[name])
+
+
+def test_a_conv2d_model_on_the_kernels_through_the_flag():
+    """``transformer_posattn_conv2d --encoder-attention-kernel triton`` (left-padded
+    batch): the encoder's output and parameter gradients are those of the same
+    weights with ``explicit``."""
+    from fairseq_posattn.models.from_flags import build_model_from_flags
+
+    flags = ["--arch", "transformer_posattn_conv2d", "--encoder-layers", "2", "--decoder-layers", "1",
+             "--encoder-embed-dim", "16", "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "16",
+             "--decoder-ffn-embed-dim", "16", "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
+             "--max-source-positions", "64", "--dropout", "0", "--encoder-attention-kernel"]
+    tokens = torch.randint(4, 50, (2, 9))
+    tokens[1, :3] = 1  # left padding
+    tokens[:, -1] = 2
+    lengths = torch.tensor([9, 6])
+    results = []
+    for kernel in ("explicit", "triton"):
+        torch.manual_seed(0)
+        _, model = build_model_from_flags(flags + [kernel], 50)
+        assert all(layer.self_attn.kernel == kernel for layer in model.encoder.layers)
+        encoder = model.encoder.to(DEVICE).train()
+        out = encoder(tokens.to(DEVICE), lengths.to(DEVICE))["encoder_out"][0]
+        results.append([out, *torch.autograd.grad(out.pow(2).sum(), list(encoder.parameters()))])
+    for got, expected in zip(results[1], results[0]):
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
