@@ -149,10 +149,12 @@ class PositionAwareSelfAttention(nn.Module):
             outputs = [proj(x) for proj in projections]
         else:
             gamma = self.temperature.repeat_interleave(self.head_dim, dim=1)  # [3, C]: per head, per unit
-            # gamma on the weight's rows: the same product, and backward keeps no unscaled output
             if self.plain_projections:
-                outputs = [F.linear(x, proj.weight * g[:, None], None if proj.bias is None else proj.bias * g)
-                           for proj, g in zip(projections, gamma)]
+                # gamma on the rows of the three weights stacked: the same products in one
+                # matmul, and backward keeps no unscaled output
+                weight = torch.cat([proj.weight for proj in projections]) * gamma.reshape(-1, 1)
+                bias = None if self.q_proj.bias is None else torch.cat([proj.bias for proj in projections])
+                outputs = F.linear(x, weight, None if bias is None else bias * gamma.reshape(-1)).chunk(3, dim=-1)
             else:
                 outputs = [proj(x) * g for proj, g in zip(projections, gamma)]
         q, k, v = (self._split_heads(out, length, batch) for out in outputs)
