@@ -17,7 +17,7 @@
 #            recurrent layers (about 4 minutes on an H200).
 # bench      fairseq-posattn-bench --device cuda --no-decode --repeats 20, every
 #            row and the kernel comparisons (P-sdpa, R-sdpa, bilan-sdpa,
-#            shawkeys-sdpa, shaw-explicit, struct-explicit, conv2d-explicit), in fp16 and bf16,
+#            shawkeys-sdpa, shaw-explicit, struct-explicit, conv2d-triton), in fp16 and bf16,
 #            at the defaults (B=32, T=64) and at --batch 64 --length 64 (about
 #            4,096 tokens a batch): bench_{fp16,bf16}_b{32,64}.{txt,json}.
 # recurrent  fairseq-posattn-bench-recurrent --device cuda --repeats 20 in

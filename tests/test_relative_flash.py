@@ -213,13 +213,16 @@ def layer_options(name):
 
 
 def assert_takes_the_kernel(options, path, takes):
-    """``auto`` takes the kernel ``path`` on CUDA, ``triton`` on any device, for
-    the layers it computes (``takes``); never where the weights are asked for,
-    in float64, or with ``explicit``."""
+    """``auto`` takes the kernel ``path`` on CUDA (if it is one of
+    ``AUTO_TRITON_KERNELS``), ``triton`` on any device, for the layers it
+    computes (``takes``); never where the weights are asked for, in float64,
+    or with ``explicit``."""
+    from fairseq_posattn.modules.attention import AUTO_TRITON_KERNELS
+
     attn = build(dtype=torch.float32, **options)
     query = torch.empty(1, device=DEVICE)
     on_cuda = DEVICE == "cuda"
-    assert (attn._path(query, need_weights=False) == path) == (on_cuda and takes)
+    assert (attn._path(query, need_weights=False) == path) == (on_cuda and takes and path in AUTO_TRITON_KERNELS)
     attn.kernel = "triton"
     assert (attn._path(query, need_weights=False) == path) == takes
     assert attn._path(query, need_weights=True) == "explicit"
@@ -231,6 +234,13 @@ def assert_takes_the_kernel(options, path, takes):
 @pytest.mark.parametrize("name", sorted(TAKES_THE_KERNEL))
 def test_which_layers_take_the_kernel(name):
     assert_takes_the_kernel(layer_options(name), "shaw_kernel", TAKES_THE_KERNEL[name])
+
+
+def test_the_kernels_refuse_a_cpu_tensor_outside_the_interpreter(monkeypatch):
+    attn = build(dtype=torch.float32, encoder_attention_kernel="triton", **OPTION_SETS["shaw"])
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    with pytest.raises(RuntimeError, match="--encoder-attention-kernel triton: the Triton kernels run on CUDA"):
+        attn(torch.randn(4, 2, EMBED))
 
 
 def test_the_kernel_needs_triton(monkeypatch):

@@ -102,7 +102,7 @@ ROWS = [
                                                       "explicit"], by_default=False),
     BenchRow("struct-explicit", "transformer_struct", ["--encoder-attention-kernel", "explicit"], trees=True,
              by_default=False),
-    BenchRow("conv2d-explicit", "transformer_posattn_conv2d", ["--encoder-attention-kernel", "explicit"],
+    BenchRow("conv2d-triton", "transformer_posattn_conv2d", ["--encoder-attention-kernel", "triton"],
              by_default=False),
 ]
 

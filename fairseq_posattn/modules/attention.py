@@ -23,8 +23,8 @@ terms:
   values (one or two position sets, no other term) inside the flash-style
   attention of :mod:`.relative_flash`, or the 2d convolved attention (after
   any score terms, without value terms) with its softmax, masks and dropout
-  in :mod:`.convolved_kernel`; ``auto`` takes them on CUDA where Triton is
-  installed;
+  in :mod:`.convolved_kernel`; ``auto`` takes those of
+  :data:`AUTO_TRITON_KERNELS` on CUDA where Triton is installed;
 * ``sdpa``: PyTorch's ``scaled_dot_product_attention`` with the score terms
   and the padding as its additive mask (cast to the query's dtype, which it
   requires; its kernels accumulate the softmax in float32); ``auto`` takes it
@@ -38,6 +38,7 @@ An explicit kernel that cannot compute the layer's terms is refused when the
 layer is built.
 """
 
+import os
 from typing import Optional, Sequence, Tuple
 
 import torch
@@ -52,6 +53,9 @@ from .convolved_attention import ConvolvedAttention2d
 from .precision import at_least_float32
 
 ATTENTION_KERNELS = ("auto", "explicit", "sdpa", "triton")
+# the Triton kernels that ``auto`` takes on CUDA: those that have passed their tests compiled on a
+# GPU (scripts/gpu_check.sh); the 2d convolution's runs only where asked for until it has
+AUTO_TRITON_KERNELS = ("shaw_kernel",)
 
 
 class PositionAwareSelfAttention(nn.Module):
@@ -249,7 +253,13 @@ class PositionAwareSelfAttention(nn.Module):
             self.kernel == "triton" or (self.kernel == "auto" and q.is_cuda and relative_flash.triton is not None)
         ):
             served = triton_kernel(self.score_terms, self.probability_terms, self.value_terms)
-            if served is not None:
+            if served is not None and (self.kernel == "triton" or served in AUTO_TRITON_KERNELS):
+                if not q.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
+                    raise RuntimeError(
+                        "--encoder-attention-kernel triton: the Triton kernels run on CUDA tensors, this "
+                        f"input is on {q.device}; use auto or explicit there (or TRITON_INTERPRET=1 to run "
+                        "them in Triton's interpreter, slowly, as the tests do)"
+                    )
                 return served
         if len(self.probability_terms) > 0 or len(self.value_terms) > 0:
             return "explicit"
