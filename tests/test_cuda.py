@@ -5,6 +5,8 @@ kernel in the same layers; the ON-LSTM's definition agrees with the CPU in float
 run with ``--fp16``.  Skipped without a CUDA device (``scripts/gpu_check.sh``
 runs this module and the benchmark on a GPU)."""
 
+import contextlib
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -14,6 +16,7 @@ from test_recurrent import HIDDEN
 
 from fairseq_posattn.bench import models as bench
 from fairseq_posattn.models.from_flags import stand_in_dictionary
+from fairseq_posattn.modules import PositionAwareSelfAttention
 from fairseq_posattn.modules.recurrent import ONLSTM
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -63,10 +66,25 @@ def loss_and_grads(model, batch, trees, device, autocast=None):
     return logprobs.detach().cpu().clone(), loss.detach().cpu().clone(), grads
 
 
+@contextlib.contextmanager
+def explicit_attention(model):
+    """Attention layers asked for the Triton kernels (``--encoder-attention-kernel
+    triton``, CUDA only) take the explicit path meanwhile: the CPU's reference."""
+    layers = [m for m in model.modules() if isinstance(m, PositionAwareSelfAttention) and m.kernel == "triton"]
+    for layer in layers:
+        layer.kernel = "explicit"
+    try:
+        yield
+    finally:
+        for layer in layers:
+            layer.kernel = "triton"
+
+
 @pytest.mark.parametrize("label", LABELS)
 def test_cuda_float32_equals_cpu(label):
     model, batch, trees = model_and_batch(label)
-    cpu = loss_and_grads(model, batch, trees, "cpu")
+    with explicit_attention(model):
+        cpu = loss_and_grads(model, batch, trees, "cpu")
     gpu = loss_and_grads(model, batch, trees, CUDA)
     torch.testing.assert_close(gpu[0], cpu[0], atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(gpu[1], cpu[1], atol=1e-5, rtol=1e-5)
@@ -79,7 +97,8 @@ def test_cuda_float32_equals_cpu(label):
         on_gpu = model(src.to(CUDA), lengths.to(CUDA), prev.to(CUDA),
                        **{k: t.to(CUDA) for k, t in trees.items()})[0].cpu()
         model.cpu()
-        on_cpu = model(src, lengths, prev, **trees)[0]
+        with explicit_attention(model):
+            on_cpu = model(src, lengths, prev, **trees)[0]
     torch.testing.assert_close(on_gpu, on_cpu, atol=1e-4, rtol=1e-4)
 
 
