@@ -13,6 +13,7 @@ dropout against the kernel's own mask; and which layers take the kernel.
 """
 
 import copy
+import logging
 import os
 
 import pytest
@@ -236,11 +237,22 @@ def test_which_layers_take_the_kernel(name):
     assert_takes_the_kernel(layer_options(name), "shaw_kernel", TAKES_THE_KERNEL[name])
 
 
-def test_the_kernels_refuse_a_cpu_tensor_outside_the_interpreter(monkeypatch):
+def test_a_cpu_tensor_outside_the_interpreter_takes_the_explicit_path(monkeypatch, caplog):
+    """A model asked for the Triton kernels (trained on a GPU, say) runs on the
+    CPU: the explicit path computes it, and the log says so once."""
+    from fairseq_posattn.modules import attention
+
     attn = build(dtype=torch.float32, encoder_attention_kernel="triton", **OPTION_SETS["shaw"])
+    explicit = copy.deepcopy(attn)
+    explicit.kernel = "explicit"
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    with pytest.raises(RuntimeError, match="--encoder-attention-kernel triton: the Triton kernels run on CUDA"):
-        attn(torch.randn(4, 2, EMBED))
+    attention._warn_once.cache_clear()
+    x = torch.randn(4, 2, EMBED)
+    with caplog.at_level(logging.WARNING, logger="fairseq_posattn.modules.attention"):
+        assert attn._path(x, need_weights=False) == "explicit"
+        torch.testing.assert_close(attn(x)[0], explicit(x)[0])
+        attn(x)
+    assert caplog.text.count("the explicit path computes the same function") == 1
 
 
 def test_the_kernel_needs_triton(monkeypatch):

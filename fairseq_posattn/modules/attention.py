@@ -38,6 +38,8 @@ An explicit kernel that cannot compute the layer's terms is refused when the
 layer is built.
 """
 
+import functools
+import logging
 import os
 from typing import Optional, Sequence, Tuple
 
@@ -51,6 +53,8 @@ from . import convolved_kernel, relative_flash
 from .attention_context import AttentionContext
 from .convolved_attention import ConvolvedAttention2d
 from .precision import at_least_float32
+
+logger = logging.getLogger(__name__)
 
 ATTENTION_KERNELS = ("auto", "explicit", "sdpa", "triton")
 # the Triton kernels that ``auto`` takes on CUDA: those that have passed their tests compiled on a
@@ -254,13 +258,11 @@ class PositionAwareSelfAttention(nn.Module):
         ):
             served = triton_kernel(self.score_terms, self.probability_terms, self.value_terms)
             if served is not None and (self.kernel == "triton" or served in AUTO_TRITON_KERNELS):
-                if not q.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
-                    raise RuntimeError(
-                        "--encoder-attention-kernel triton: the Triton kernels run on CUDA tensors, this "
-                        f"input is on {q.device}; use auto or explicit there (or TRITON_INTERPRET=1 to run "
-                        "them in Triton's interpreter, slowly, as the tests do)"
-                    )
-                return served
+                if q.is_cuda or os.environ.get("TRITON_INTERPRET") == "1":
+                    return served
+                _warn_once(f"--encoder-attention-kernel triton: the Triton kernels run on CUDA tensors (or in "
+                           f"Triton's interpreter, TRITON_INTERPRET=1); on {q.device} the explicit path "
+                           "computes the same function")
         if len(self.probability_terms) > 0 or len(self.value_terms) > 0:
             return "explicit"
         if self.kernel == "sdpa" or not self._score_terms_need_grad(q):
@@ -317,6 +319,11 @@ class PositionAwareSelfAttention(nn.Module):
         else:
             mask = bias.to(dtype)
         return mask.masked_fill(pads, torch.finfo(dtype).min)
+
+
+@functools.lru_cache(maxsize=None)
+def _warn_once(message: str) -> None:
+    logger.warning(message)
 
 
 def kernel_unavailable(
