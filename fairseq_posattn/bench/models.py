@@ -524,8 +524,9 @@ def profile_row(row: BenchRow, settings, device, updates: int = 3) -> str:
 def get_parser():
     parser = argparse.ArgumentParser(prog="fairseq-posattn-bench",
                                      description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", default="", help="comma-separated row labels (default: all but the kernel comparisons *-sdpa, shawkeys, "
-                        "*-explicit); stock and each row's baseline always run")
+    comparisons = ", ".join(row.label for row in ROWS if not row.by_default)
+    parser.add_argument("--rows", default="", help=f"comma-separated row labels (default: all but the kernel "
+                        f"comparisons {comparisons}); stock and each row's baseline always run")
     parser.add_argument("--batch", type=int, default=32, help="sentences per batch (B)")
     parser.add_argument("--length", type=int, default=64, help="source/target length (T)")
     parser.add_argument("--embed-dim", type=int, default=512)

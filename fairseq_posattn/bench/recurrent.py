@@ -152,6 +152,8 @@ def run(args):
             "infer_ratio_range": ratio_range(infer[label], infer["nn.LSTM"]),
             "train_ms_all": [round(1e3 * v, 1) for v in train[label]],
         })
+    if x.is_cuda:
+        result["lstm_kernels"] = lstm_kernels(x, *rows["nn.LSTM"])
     return result
 
 
@@ -186,14 +188,11 @@ def profile_table(args, row_limit=15):
     return "\n".join(tables)
 
 
-def lstm_kernels(args, top: int = 6) -> list:
+def lstm_kernels(x, module, fn, top: int = 6) -> list:
     """The GPU kernels of one ``nn.LSTM`` training step, most time first: their
     names say which algorithm cuDNN took (``persist`` in the persistent ones)."""
     from torch.profiler import ProfilerActivity, profile
 
-    x, rows = build(args)
-    module, fn = rows["nn.LSTM"]
-    train_step(x, module, fn)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         train_step(x, module, fn)
     kernels = [e for e in prof.key_averages() if e.self_device_time_total > 0]
@@ -204,8 +203,6 @@ def lstm_kernels(args, top: int = 6) -> list:
 def main(argv=None):
     args = get_parser().parse_args(argv)
     result = run(args)
-    if result["config"]["device"].startswith("cuda"):
-        result["lstm_kernels"] = lstm_kernels(args)
     cfg = result["config"]
     lengths = "T" if cfg["min_length"] is None else "%d..T" % cfg["min_length"]
     print("d=%(dim)d T=%(seq_len)d B=%(batch)d %(dtype)s %(device)s, %(threads)d threads, torch %(torch)s, "

@@ -22,14 +22,18 @@ from torch import Tensor
 
 from .relative_flash import MIN_DOT, triton
 
+__all__ = ["convolved_attention_2d"]
+
 if triton is not None:
     import triton.language as tl
 
     from .relative_flash import _PAD_LOGIT, _kept
 
-__all__ = ["convolved_attention_2d"]
-
-if triton is not None:
+    @triton.jit
+    def _offsets(bh, rows, cols, T):
+        """Where ``[bh, rows, cols]`` of a ``[BH, T, T]`` map lies, and which of it lies inside."""
+        inside = (rows[:, None] >= 0) & (rows[:, None] < T) & (cols[None, :] >= 0) & (cols[None, :] < T)
+        return (bh * T + rows[:, None]).to(tl.int64) * T + cols[None, :], inside
 
     @triton.jit
     def _pads(PADS, b, index, T, HAS_PADS: tl.constexpr):
@@ -42,8 +46,7 @@ if triton is not None:
     @triton.jit
     def _shifted(P, bh, rows, cols, T):
         """``P[bh, rows, cols]`` of a ``[BH, T, T]`` map, zero outside it (the "same" padding)."""
-        inside = (rows[:, None] >= 0) & (rows[:, None] < T) & (cols[None, :] >= 0) & (cols[None, :] < T)
-        offsets = (bh * T + rows[:, None]).to(tl.int64) * T + cols[None, :]
+        offsets, inside = _offsets(bh, rows, cols, T)
         return tl.load(P + offsets, mask=inside, other=0.0).to(tl.float32)
 
     @triton.jit
@@ -71,8 +74,7 @@ if triton is not None:
         cols = tl.arange(0, BLOCK_N)
         pad_row = _pads(PADS, b, rows, T, HAS_PADS)
         pad_col = _pads(PADS, b, cols, T, HAS_PADS)
-        offsets = (bh * T + rows[:, None]).to(tl.int64) * T + cols[None, :]
-        valid = (rows[:, None] < T) & (cols[None, :] < T)
+        offsets, valid = _offsets(bh, rows, cols, T)
         logits = tl.load(L + offsets, mask=valid, other=float("-inf")).to(tl.float32)
         logits = tl.where(pad_col[None, :] & (cols[None, :] < T), _PAD_LOGIT, logits)
         logits = tl.where(rows[:, None] < T, logits, 0.0)  # no row: finite, and stored nowhere
@@ -93,8 +95,7 @@ if triton is not None:
         out = tl.where(_pads(PADS, b, cols, T, HAS_PADS)[None, :], 0.0, out)
         if DROPOUT:
             out = tl.where(_kept(seed, bh, rows, cols, T, dropout_p), out / (1.0 - dropout_p), 0.0)
-        offsets = (bh * T + rows[:, None]).to(tl.int64) * T + cols[None, :]
-        valid = (rows[:, None] < T) & (cols[None, :] < T)
+        offsets, valid = _offsets(bh, rows, cols, T)
         tl.store(OUT + offsets, out.to(OUT.dtype.element_ty), mask=valid)
 
     @triton.jit
@@ -107,8 +108,7 @@ if triton is not None:
         b, h = bh // H, bh % H
         rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
         cols = tl.arange(0, BLOCK_N)
-        offsets = (bh * T + rows[:, None]).to(tl.int64) * T + cols[None, :]
-        valid = (rows[:, None] < T) & (cols[None, :] < T)
+        offsets, valid = _offsets(bh, rows, cols, T)
         g = tl.load(G_OUT + offsets, mask=valid, other=0.0).to(tl.float32)
         if DROPOUT:
             g = tl.where(_kept(seed, bh, rows, cols, T, dropout_p), g / (1.0 - dropout_p), 0.0)
@@ -135,8 +135,8 @@ if triton is not None:
         dp = tl.where(pads, 0.0, dp)
         p = _shifted(P, bh, rows, cols, T)
         dl = p * (dp - tl.sum(p * dp, 1)[:, None])
-        offsets = (bh * T + rows[:, None]).to(tl.int64) * T + cols[None, :]
-        tl.store(G_L + offsets, dl, mask=(rows[:, None] < T) & (cols[None, :] < T))
+        offsets, valid = _offsets(bh, rows, cols, T)
+        tl.store(G_L + offsets, dl, mask=valid)
 
 
 def _blocks(length: int):
