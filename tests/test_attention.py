@@ -3,6 +3,7 @@ slow reference that follows the papers' equations with explicit loops."""
 
 import itertools
 import math
+import types
 
 import pytest
 import torch
@@ -268,6 +269,22 @@ def test_trainable_score_terms_take_the_explicit_path():
     assert build(**OPTION_SETS["conv2d"])._path(q, need_weights=False) == "explicit"
     assert build()._path(q, need_weights=True) == "explicit"
     assert build()._path(q, need_weights=False) == "sdpa"
+
+
+@pytest.mark.parametrize("dtype, path", [(torch.float16, "sdpa"), (torch.bfloat16, "sdpa"),
+                                         (torch.float32, "explicit")])
+def test_auto_hands_trainable_score_terms_to_sdpa_on_cuda_in_half_precision(dtype, path):
+    """On CUDA in fp16 and bf16, where it measured at least as fast as the
+    explicit path, ``auto`` runs trainable score terms in PyTorch's fused
+    attention; in float32 (and on the CPU: the test above) explicitly. Asking
+    for the weights, or for ``explicit``, still gets the explicit path."""
+    cuda_query = types.SimpleNamespace(is_cuda=True, dtype=dtype, requires_grad=True)
+    for name in ("P", "R", "PR", "bilan", "shaw_keys_only"):
+        attn = build(**OPTION_SETS[name])
+        assert attn._path(cuda_query, need_weights=False) == path, name
+        assert attn._path(cuda_query, need_weights=True) == "explicit"
+        attn.kernel = "explicit"
+        assert attn._path(cuda_query, need_weights=False) == "explicit"
 
 
 @pytest.mark.parametrize("kernel, name, says", [
@@ -639,9 +656,10 @@ FUSED_LAYERS = {
 }
 
 
-def count_fused_layers(flags, device="cpu"):
+def count_fused_layers(flags, device="cpu", dtype=torch.float32):
     """Calls of scaled_dot_product_attention in one encoder pass of a small
-    model of ``flags`` on ``device``: (in training, under no_grad in eval mode)."""
+    model of ``flags`` on ``device`` in ``dtype``: (in training, under no_grad
+    in eval mode)."""
     from fairseq_posattn.bench.models import make_trees
     from fairseq_posattn.models.from_flags import build_model_from_flags
 
@@ -655,7 +673,7 @@ def count_fused_layers(flags, device="cpu"):
     tokens[1, :2] = 1  # left padding
     tokens[:, -1] = 2
     trees = make_trees(lengths, 6, seed=0) if flags[0] == "transformer_struct" else {}
-    model.to(device)
+    model.to(device, dtype)
     tokens, lengths = tokens.to(device), lengths.to(device)
     trees = {name: t.to(device) for name, t in trees.items()}
     counted = []

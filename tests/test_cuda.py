@@ -122,6 +122,16 @@ def test_cuda_takes_the_fused_kernel_where_the_cpu_does(flags):
     assert count_fused_layers(flags, CUDA) == FUSED_LAYERS[flags]
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("flags", sorted(FUSED_LAYERS), ids=" ".join)
+def test_in_half_precision_cuda_trains_score_terms_in_the_fused_kernel(flags, dtype):
+    """``auto`` in fp16/bf16 on CUDA: every layer without probability or value
+    terms takes the fused kernel in training too (``explicit`` keeps its own)."""
+    explicit = "explicit" in flags
+    expected = FUSED_LAYERS[flags] if explicit or FUSED_LAYERS[flags][1] == 0 else (3, 3)
+    assert count_fused_layers(flags, CUDA, dtype) == expected
+
+
 @pytest.mark.parametrize("bidirectional", [True, False])
 def test_onlstm_reference_on_cuda_equals_cpu(bidirectional):
     """The ON-LSTM's definition in float64, sentences ending early: the same

@@ -51,6 +51,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from fairseq.sequence_generator import SequenceGenerator
+from torch.nn.attention import SDPBackend
 
 from ..models.from_flags import build_model_from_flags, stand_in_dictionary
 from ..structure import batch_trees_of_pieces
@@ -305,11 +306,36 @@ def measure_memory(rows: List[BenchRow], settings, device) -> Dict[str, float]:
     return peaks
 
 
+def sdpa_backends(step) -> Dict[str, int]:
+    """How many of the ``scaled_dot_product_attention`` calls of ``step()``
+    went to each backend, by PyTorch's own dispatch rule for their arguments
+    (``torch._fused_sdp_choice``; ``{}`` where this torch lacks it)."""
+    choose = getattr(torch, "_fused_sdp_choice", None)
+    if choose is None:
+        step()
+        return {}
+    counts: Dict[str, int] = {}
+    fused = F.scaled_dot_product_attention
+
+    def counting(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, **kwargs):
+        backend = SDPBackend(choose(query, key, value, attn_mask, dropout_p, is_causal)).name
+        counts[backend] = counts.get(backend, 0) + 1
+        return fused(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, **kwargs)
+
+    F.scaled_dot_product_attention = counting  # the module attribute every caller looks up
+    try:
+        step()
+    finally:
+        F.scaled_dot_product_attention = fused
+    return counts
+
+
 def measure_time(rows: List[BenchRow], settings, device):
     dictionary = stand_in_dictionary(settings.vocab)
     runners = {row.label: Runner(row, settings, dictionary, device) for row in rows}
-    for runner in runners.values():  # warm-up
-        runner.train_step()
+    backends = {}
+    for label, runner in runners.items():  # warm-up
+        backends[label] = sdpa_backends(runner.train_step)
         runner.infer_step()
     train = {label: [] for label in runners}
     infer = {label: [] for label in runners}
@@ -329,7 +355,7 @@ def measure_time(rows: List[BenchRow], settings, device):
         label: sum(p.numel() for p in runner.model.parameters())
         for label, runner in runners.items()
     }
-    return train, infer, decode, decode_encoder, params
+    return train, infer, decode, decode_encoder, params, backends
 
 
 def run(settings) -> dict:
@@ -346,7 +372,7 @@ def run(settings) -> dict:
             needed.add(label)
     needed.add("stock")
     rows = [row for row in ROWS if row.label in needed]
-    train_runs, infer_runs, decode_runs, decode_encoder_runs, params = measure_time(rows, settings, device)
+    train_runs, infer_runs, decode_runs, decode_encoder_runs, params, backends = measure_time(rows, settings, device)
     train, infer, decode, decode_encoder = ({label: statistics.median(v) for label, v in runs.items() if v}
                                             for runs in (train_runs, infer_runs, decode_runs, decode_encoder_runs))
     peaks = measure_memory(rows, settings, device) if settings.memory else {}
@@ -363,6 +389,7 @@ def run(settings) -> dict:
             "infer_ms": 1000 * infer[row.label],
             "infer_ratio": infer[row.label] / infer[base],
             "infer_ratio_per_repeat": per_repeat_ratios(infer_runs[row.label], infer_runs[base]),
+            "sdpa_backends_in_training": backends[row.label],
         }
         if settings.decode:
             entry.update({
@@ -405,6 +432,10 @@ def format_table(report: dict) -> str:
                if decode else "")
             + f"{peak}  {r['baseline']}"
         )
+    used = [f"{r['label']} " + "+".join(f"{n}x{name}" for name, n in sorted(r["sdpa_backends_in_training"].items()))
+            for r in report["rows"] if r.get("sdpa_backends_in_training")]
+    if used:
+        lines.append("scaled_dot_product_attention's backend in a training update (calls x backend): " + "; ".join(used))
     return "\n".join(lines)
 
 

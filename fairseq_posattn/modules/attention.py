@@ -28,9 +28,10 @@ terms:
 * ``sdpa``: PyTorch's ``scaled_dot_product_attention`` with the score terms
   and the padding as its additive mask (cast to the query's dtype, which it
   requires; its kernels accumulate the softmax in float32); ``auto`` takes it
-  where no gradient must reach the score terms (no terms, or inference), an
-  explicit ``sdpa`` also where one must (the bias's gradient then comes from
-  PyTorch's backward of the fused attention);
+  where no gradient must reach the score terms (no terms, or inference), and
+  on CUDA in half precision also where one must, as an explicit ``sdpa`` does
+  everywhere (the bias's gradient then comes from PyTorch's backward of the
+  fused attention);
 * ``explicit``: the steps above, written out; whenever the probabilities are
   needed (probability or value terms, attention weights asked for).
 
@@ -58,8 +59,11 @@ logger = logging.getLogger(__name__)
 
 ATTENTION_KERNELS = ("auto", "explicit", "sdpa", "triton")
 # the Triton kernels that ``auto`` takes on CUDA: those that have passed their tests compiled on a
-# GPU (scripts/gpu_check.sh); the 2d convolution's runs only where asked for until it has
-AUTO_TRITON_KERNELS = ("shaw_kernel",)
+# GPU (scripts/gpu_check.sh) and measured at least as fast as the explicit path there (docs/benchmarks.md)
+AUTO_TRITON_KERNELS = ("shaw_kernel", "conv2d_kernel")
+# where ``auto`` hands trainable score terms to PyTorch's fused attention: on CUDA in these dtypes,
+# where it measured at least as fast as the explicit path (docs/benchmarks.md)
+AUTO_SDPA_WITH_GRAD_DTYPES = (torch.float16, torch.bfloat16)
 
 
 class PositionAwareSelfAttention(nn.Module):
@@ -266,6 +270,8 @@ class PositionAwareSelfAttention(nn.Module):
         if len(self.probability_terms) > 0 or len(self.value_terms) > 0:
             return "explicit"
         if self.kernel == "sdpa" or not self._score_terms_need_grad(q):
+            return "sdpa"
+        if self.kernel == "auto" and q.is_cuda and q.dtype in AUTO_SDPA_WITH_GRAD_DTYPES:
             return "sdpa"
         return "explicit"
 
