@@ -35,3 +35,71 @@ def test_half_precision_is_the_reference_in_half(dtype):
     assert_kernel_is_the_reference("triton", [4, 3, 3, 1], 2, True, hidden=8, dtype=dtype, device=DEVICE,
                                    atol=1e-2, rtol=1e-2)
 
+
+
+@pytest.mark.parametrize("lengths", LENGTHS, ids=str)
+@pytest.mark.parametrize("chunk,hidden", [(1, 6), (3, 6), (4, 8)])
+@pytest.mark.parametrize("bidirectional", [True, False])
+def test_the_persistent_kernels_are_the_reference(bidirectional, chunk, hidden, lengths):
+    """Every step in one launch, forward and backward: output and every
+    gradient are the reference's."""
+    assert_kernel_is_the_reference("persistent", lengths, chunk, bidirectional, hidden=hidden, device=DEVICE)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_the_persistent_kernels_in_half_precision_are_the_reference_in_half(dtype):
+    assert_kernel_is_the_reference("persistent", [4, 3, 3, 1], 2, True, hidden=8, dtype=dtype, device=DEVICE,
+                                   atol=1e-2, rtol=1e-2)
+
+
+def tiled_problem(dtype):
+    """Two blocks of rows (19 sentences, the second block partly empty), 40
+    units and 180 gate columns for tiles of 16 (the last ones partly
+    masked), sentences ending at every step: ``(xs, w_ih, bias, w_hh),
+    batch_sizes, hidden, chunk``."""
+    torch.manual_seed(0)
+    num_dir, hidden, dim, chunk = 2, 40, 8, 4
+    lengths = [7, 7, 5, 3, 3, 1] + [2] * 13
+    batch_sizes = [sum(length > t for length in lengths) for t in range(max(lengths))]
+    gates = 4 * hidden + 2 * (hidden // chunk)
+    rows = sum(batch_sizes)
+    args = [torch.randn(num_dir, rows, dim), 0.3 * torch.randn(num_dir, dim, gates),
+            0.1 * torch.randn(num_dir, 1, gates), 0.2 * torch.randn(num_dir, hidden, gates)]
+    return [a.to(DEVICE, dtype) for a in args], batch_sizes, hidden, chunk
+
+
+HALF_ROUNDING = dict(atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("save", [True, False], ids=["training", "inference"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_the_persistent_forward_tiles_rows_units_and_depth(dtype, save):
+    """:func:`tiled_problem`: the states and saved gates of the fused steps,
+    one step per launch, to their matmul's rounding (half: the steps round
+    the recurrent product to half, the persistent kernel keeps it in float32)."""
+    from fairseq_posattn.modules.onlstm import triton_steps
+
+    args, batch_sizes, hidden, chunk = tiled_problem(dtype)
+    steps = triton_steps.onlstm_forward(*args, batch_sizes, hidden, chunk, save)
+    launch = triton_steps.onlstm_forward_persistent(*args, batch_sizes, hidden, chunk, save, block_h=16, block_k=16)
+    tolerance = {} if dtype == torch.float32 else HALF_ROUNDING
+    for name, a, b in zip(["hidden states", "saved gates", "cell states"], steps, launch):
+        torch.testing.assert_close(b, a, msg=name, **tolerance)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_the_persistent_backward_tiles_rows_units_and_depth(dtype):
+    """:func:`tiled_problem`: the gate gradients and the recurrent weight's
+    gradient of the fused steps' backward, to one rounding of the dtype."""
+    from fairseq_posattn.modules.onlstm import triton_steps
+
+    args, batch_sizes, hidden, chunk = tiled_problem(dtype)
+    hs, acts, cells = triton_steps.onlstm_forward(*args, batch_sizes, hidden, chunk, True)
+    grad_hs = torch.randn(hs.shape, device=DEVICE).to(dtype)
+    w_hh = args[3]
+    steps = triton_steps.onlstm_backward(grad_hs, w_hh, hs, acts.clone(), cells, batch_sizes, hidden, chunk)
+    launch = triton_steps.onlstm_backward_persistent(grad_hs, w_hh, hs, acts.clone(), cells, batch_sizes, hidden,
+                                                     chunk, block_h=16, block_k=16)
+    tolerance = dict(atol=1e-6, rtol=1e-5) if dtype == torch.float32 else HALF_ROUNDING
+    for name, a, b in zip(["gate gradients", "recurrent weight gradient"], steps, launch):
+        torch.testing.assert_close(b, a, msg=name, **tolerance)

@@ -11,6 +11,7 @@ Triton is optional (:data:`triton` is None without it).  The tests run these
 kernels on the CPU through Triton's interpreter (``TRITON_INTERPRET=1``).
 """
 
+import os
 from typing import List, Tuple
 
 import torch
@@ -24,7 +25,9 @@ try:
 except ImportError:  # pragma: no cover - exercised where triton is absent
     triton = None
 
-__all__ = ["DTYPES", "onlstm_forward", "onlstm_backward", "triton"]
+__all__ = [
+    "DTYPES", "onlstm_backward", "onlstm_backward_persistent", "onlstm_forward", "onlstm_forward_persistent", "triton",
+]
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # what the kernels compute in
 
@@ -61,6 +64,57 @@ if triton is not None:
         mi = tl.load(row_ptr + 4 * HIDDEN + N_CHUNK + m, mask=valid, other=master_pad).to(tl.float32)
         return f, i, o, c, mf, mi
 
+    @triton.jit
+    def _cell(zf, zi, zo, zc, mf, mi, c_prev):
+        """The unit gates from their pre-activations and the master gates
+        (broadcast over each chunk), then the cell and hidden state (Hao et
+        al. 2019, Eq. 3-6): ``f, i, o, c_hat, c, h``."""
+        f = tl.sigmoid(zf)
+        i = tl.sigmoid(zi)
+        o = tl.sigmoid(zo)
+        c_hat = _tanh(zc)
+        w = mf * mi  # Eq. 3
+        f_hat = f * w + (mf - w)  # Eq. 4
+        i_hat = i * w + (mi - w)  # Eq. 5
+        c = f_hat * c_prev + i_hat * c_hat  # Eq. 6
+        return f, i, o, c_hat, c, o * _tanh(c)
+
+    @triton.jit
+    def _cell_backward(f, i, o, c_hat, mf, mi, c, c_prev, dh, dc):
+        """:func:`_cell` back-propagated from ``dh`` and the later step's ``dc``:
+        the gradients of the four unit pre-activations, each unit's share of
+        its master forget and input units' gradients (before their chunk's
+        sum), and the cell gradient for the step before."""
+        w = mf * mi
+        nf = 1.0 - f
+        ni = 1.0 - i
+        tc = _tanh(c)
+        # h = o * tanh(c);  c = f_hat * c_prev + i_hat * c_hat (Eq. 6)
+        dc = dc + dh * o * (1.0 - tc * tc)
+        f_hat = mf - w * nf
+        i_hat = mi - w * ni
+        d_f_hat = dc * c_prev
+        d_i_hat = dc * c_hat
+        neg_dw = d_f_hat * nf + d_i_hat * ni  # -dL/dw (Eq. 3-5)
+        return (d_f_hat * w * f * nf, d_i_hat * w * i * ni, dh * tc * o * (1.0 - o),
+                dc * i_hat * (1.0 - c_hat * c_hat), d_f_hat - neg_dw * mi, neg_dw * mf - d_i_hat, dc * f_hat)
+
+    @triton.jit
+    def _master_softmax(z, valid, AXIS: tl.constexpr):
+        """The softmax of a master gate's pre-activations along ``AXIS`` over the
+        ``valid`` master units (Eq. 7; cumax is its cumulative sum), zero beyond."""
+        z_max = tl.expand_dims(tl.max(tl.where(valid, z, float("-inf")), AXIS), AXIS)
+        p = tl.where(valid, tl.exp(z - z_max), 0.0)
+        return p / tl.expand_dims(tl.sum(p, AXIS), AXIS)
+
+    @triton.jit
+    def _master_backward(p, d_cumax, AXIS: tl.constexpr):
+        """The gradient of a master gate's pre-activations from that of its
+        cumax (Eq. 7-9): the cumulative sum's backward (suffix sums), then the
+        softmax's, along ``AXIS``."""
+        dp = tl.expand_dims(tl.sum(d_cumax, AXIS), AXIS) - tl.cumsum(d_cumax, AXIS) + d_cumax
+        return p * (dp - tl.expand_dims(tl.sum(p * dp, AXIS), AXIS))
+
     @triton.jit(do_not_specialize=["x_dir", "rec_dir", "act_dir", "c_dir", "h_dir"])
     def _step_forward(
         x_ptr, x_dir, rec_ptr, rec_dir, act_ptr, act_dir,
@@ -95,21 +149,11 @@ if triton is not None:
         else:
             c_prev = tl.zeros((BLOCK_M, BLOCK_C), dtype=tl.float32)
         tl.debug_barrier()  # every read of the row is done before ``act_ptr`` overwrites it
-        f = tl.sigmoid(zf)
-        i = tl.sigmoid(zi)
-        o = tl.sigmoid(zo)
-        c_hat = _tanh(zc)
-        pf = tl.where(valid, tl.exp(zmf - tl.max(zmf, 0)), 0.0)
-        pf = pf / tl.sum(pf, 0)
-        pi = tl.where(valid, tl.exp(zmi - tl.max(zmi, 0)), 0.0)
-        pi = pi / tl.sum(pi, 0)
+        pf = _master_softmax(zmf, valid, 0)
+        pi = _master_softmax(zmi, valid, 0)
         mf = tl.cumsum(pf, 0)[:, None]  # Eq. 8: master forget gate, over its chunk
         mi = 1.0 - tl.cumsum(pi, 0)[:, None]  # Eq. 9: master input gate
-        w = mf * mi  # Eq. 3
-        f_hat = f * w + (mf - w)  # Eq. 4
-        i_hat = i * w + (mi - w)  # Eq. 5
-        c = f_hat * c_prev + i_hat * c_hat  # Eq. 6
-        h = o * _tanh(c)
+        f, i, o, c_hat, c, h = _cell(zf, zi, zo, zc, mf, mi, c_prev)
         if SAVE:
             a = act_ptr + d * act_dir + row * G
             tl.store(a + unit, f, mask=mask)
@@ -156,35 +200,227 @@ if triton is not None:
         tl.debug_barrier()  # every read of the row is done before ``dg_ptr`` overwrites it
         mf = tl.cumsum(pf, 0)[:, None]
         mi = 1.0 - tl.cumsum(pi, 0)[:, None]
-        w = mf * mi
-        nf = 1.0 - f
-        ni = 1.0 - i
-        tc = _tanh(c)
-        # h = o * tanh(c);  c = f_hat * c_prev + i_hat * c_hat (Eq. 6)
-        dc = dc + dh * o * (1.0 - tc * tc)
-        f_hat = mf - w * nf
-        i_hat = mi - w * ni
-        d_f_hat = dc * c_prev
-        d_i_hat = dc * c_hat
-        neg_dw = d_f_hat * nf + d_i_hat * ni  # -dL/dw (Eq. 3-5)
+        gf, gi, go, gc, share_f, share_i, dc = _cell_backward(f, i, o, c_hat, mf, mi, c, c_prev, dh, dc)
         dg = dg_ptr + d * dg_dir + row * G
         out_ty = dg_ptr.dtype.element_ty
-        tl.store(dg + unit, (d_f_hat * w * f * nf).to(out_ty), mask=mask)
-        tl.store(dg + HIDDEN + unit, (d_i_hat * w * i * ni).to(out_ty), mask=mask)
-        tl.store(dg + 2 * HIDDEN + unit, (dh * tc * o * (1.0 - o)).to(out_ty), mask=mask)
-        d_chat = dc * i_hat
-        tl.store(dg + 3 * HIDDEN + unit, (d_chat * (1.0 - c_hat * c_hat)).to(out_ty), mask=mask)
+        tl.store(dg + unit, gf.to(out_ty), mask=mask)
+        tl.store(dg + HIDDEN + unit, gi.to(out_ty), mask=mask)
+        tl.store(dg + 2 * HIDDEN + unit, go.to(out_ty), mask=mask)
+        tl.store(dg + 3 * HIDDEN + unit, gc.to(out_ty), mask=mask)
         # dL/d cumax of each master unit: its chunk's sum (Eq. 8, 9)
-        d_cmf = tl.sum(tl.where(mask, d_f_hat - neg_dw * mi, 0.0), 1)
-        d_cmi = -tl.sum(tl.where(mask, d_i_hat - neg_dw * mf, 0.0), 1)
-        # cumsum backward: suffix sums; then softmax backward (Eq. 7)
-        dpf = tl.sum(d_cmf, 0) - tl.cumsum(d_cmf, 0) + d_cmf
-        dpi = tl.sum(d_cmi, 0) - tl.cumsum(d_cmi, 0) + d_cmi
-        gf = pf * (dpf - tl.sum(pf * dpf, 0))
-        gi = pi * (dpi - tl.sum(pi * dpi, 0))
-        tl.store(dg + 4 * HIDDEN + m, gf.to(out_ty), mask=valid)
-        tl.store(dg + 4 * HIDDEN + N_CHUNK + m, gi.to(out_ty), mask=valid)
-        tl.store(dc_at, dc * f_hat, mask=mask)
+        d_cmf = tl.sum(tl.where(mask, share_f, 0.0), 1)
+        d_cmi = tl.sum(tl.where(mask, share_i, 0.0), 1)
+        tl.store(dg + 4 * HIDDEN + m, _master_backward(pf, d_cmf, 0).to(out_ty), mask=valid)
+        tl.store(dg + 4 * HIDDEN + N_CHUNK + m, _master_backward(pi, d_cmi, 0).to(out_ty), mask=valid)
+        tl.store(dc_at, dc, mask=mask)
+
+
+    @triton.jit
+    def _recurrent_dot(acc, h_prev_ptr, before, live, w_ptr, column, column_mask, HIDDEN: tl.constexpr,
+                       G: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
+        """``acc + h_prev[before] @ w[:, column]``: the recurrent pre-activations of
+        a block of rows (zero where ``live`` is false) for some gate columns.
+        ``PRECISION`` is ``tl.dot``'s, or ``"float32"``: the tiles multiplied
+        in float32 (Triton's interpreter multiplies bfloat16 tiles as raw bits)."""
+        k = tl.arange(0, BLOCK_K)
+        for k0 in range(0, HIDDEN, BLOCK_K):
+            units = k0 + k
+            h = tl.load(h_prev_ptr + before[:, None] * HIDDEN + units[None, :],
+                        mask=live[:, None] & (units[None, :] < HIDDEN), other=0.0)
+            w = tl.load(w_ptr + units[:, None] * G + column[None, :],
+                        mask=(units[:, None] < HIDDEN) & column_mask[None, :], other=0.0)
+            if PRECISION == "float32":
+                acc += tl.dot(h.to(tl.float32), w.to(tl.float32), input_precision="ieee")
+            else:
+                acc += tl.dot(h, w, input_precision=PRECISION)
+        return acc
+
+    @triton.jit(do_not_specialize=["x_dir", "w_dir", "act_dir", "c_dir", "h_dir", "steps"])
+    def _recurrence_forward(
+        x_ptr, x_dir, w_ptr, w_dir, act_ptr, act_dir, c_ptr, c_dir, h_ptr, h_dir, master_ptr,
+        step_ptr, steps,
+        HIDDEN: tl.constexpr, N_CHUNK: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr,
+        BLOCK_B: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr,
+        SAVE: tl.constexpr, PRECISION: tl.constexpr,
+    ):
+        """Every step of a block of ``BLOCK_B`` rows in one direction, in one
+        launch: the recurrent matmul (``w_ptr``, ``[HIDDEN, G]``, read from the
+        L2 cache at each step) and :func:`_step_forward`'s arithmetic, for
+        ``BLOCK_H`` units at a time.  Rows never read each other's states, so
+        the programs need no synchronisation.  ``step_ptr``: :func:`_step_table`;
+        ``master_ptr`` is scratch for the rows' master gates (``[D, rows, 2,
+        N_CHUNK]``, float32)."""
+        block = tl.program_id(0)
+        d = tl.program_id(1)
+        G: tl.constexpr = 4 * HIDDEN + 2 * N_CHUNK
+        x_ptr += d * x_dir
+        w_ptr += d * w_dir
+        act_ptr += d * act_dir
+        c_ptr += d * c_dir
+        h_ptr += d * h_dir
+        rows = block * BLOCK_B + tl.arange(0, BLOCK_B)
+        masters = master_ptr + (d * tl.num_programs(0) * BLOCK_B + rows[:, None]) * (2 * N_CHUNK)
+        m = tl.arange(0, BLOCK_M)
+        valid = m < N_CHUNK
+        j = tl.arange(0, BLOCK_H)
+        for t in range(steps):
+            here = tl.load(step_ptr + 1 + t) + rows
+            live = rows < tl.load(step_ptr + 1 + steps + t)
+            before = tl.load(step_ptr + t) + rows
+            has_prev = live & (here != before)  # step 0's "before" is the table's leading zero: itself
+            # the master gates first (Eq. 7-9): every unit of the row needs them
+            mask = live[:, None] & valid[None, :]
+            zmf = tl.load(x_ptr + here[:, None] * G + 4 * HIDDEN + m[None, :], mask=mask, other=0.0).to(tl.float32)
+            zmi = tl.load(x_ptr + here[:, None] * G + 4 * HIDDEN + N_CHUNK + m[None, :], mask=mask,
+                          other=0.0).to(tl.float32)
+            zmf = _recurrent_dot(zmf, h_ptr, before, has_prev, w_ptr, 4 * HIDDEN + m, valid, HIDDEN, G, BLOCK_K,
+                                 PRECISION)
+            zmi = _recurrent_dot(zmi, h_ptr, before, has_prev, w_ptr, 4 * HIDDEN + N_CHUNK + m, valid, HIDDEN, G,
+                                 BLOCK_K, PRECISION)
+            pf = _master_softmax(zmf, valid[None, :], 1)
+            pi = _master_softmax(zmi, valid[None, :], 1)
+            tl.store(masters + m[None, :], tl.cumsum(pf, 1), mask=mask)  # Eq. 8
+            tl.store(masters + N_CHUNK + m[None, :], 1.0 - tl.cumsum(pi, 1), mask=mask)  # Eq. 9
+            if SAVE:
+                tl.store(act_ptr + here[:, None] * G + 4 * HIDDEN + m[None, :], pf, mask=mask)
+                tl.store(act_ptr + here[:, None] * G + 4 * HIDDEN + N_CHUNK + m[None, :], pi, mask=mask)
+            tl.debug_barrier()  # the master gates are in place before any unit reads them
+            for j0 in range(0, HIDDEN, BLOCK_H):
+                unit = j0 + j
+                unit_mask = unit < HIDDEN
+                mask = live[:, None] & unit_mask[None, :]
+                gates = x_ptr + here[:, None] * G + unit[None, :]
+                zf = tl.load(gates, mask=mask, other=0.0).to(tl.float32)
+                zi = tl.load(gates + HIDDEN, mask=mask, other=0.0).to(tl.float32)
+                zo = tl.load(gates + 2 * HIDDEN, mask=mask, other=0.0).to(tl.float32)
+                zc = tl.load(gates + 3 * HIDDEN, mask=mask, other=0.0).to(tl.float32)
+                zf = _recurrent_dot(zf, h_ptr, before, has_prev, w_ptr, unit, unit_mask, HIDDEN, G, BLOCK_K, PRECISION)
+                zi = _recurrent_dot(zi, h_ptr, before, has_prev, w_ptr, HIDDEN + unit, unit_mask, HIDDEN, G, BLOCK_K,
+                                    PRECISION)
+                zo = _recurrent_dot(zo, h_ptr, before, has_prev, w_ptr, 2 * HIDDEN + unit, unit_mask, HIDDEN, G,
+                                    BLOCK_K, PRECISION)
+                zc = _recurrent_dot(zc, h_ptr, before, has_prev, w_ptr, 3 * HIDDEN + unit, unit_mask, HIDDEN, G,
+                                    BLOCK_K, PRECISION)
+                mf = tl.load(masters + (unit // CHUNK)[None, :], mask=mask, other=0.0)
+                mi = tl.load(masters + N_CHUNK + (unit // CHUNK)[None, :], mask=mask, other=0.0)
+                c_prev = tl.load(c_ptr + (before if SAVE else rows)[:, None] * HIDDEN + unit[None, :],
+                                 mask=has_prev[:, None] & unit_mask[None, :], other=0.0)
+                f, i, o, c_hat, c, h = _cell(zf, zi, zo, zc, mf, mi, c_prev)
+                if SAVE:
+                    a = act_ptr + here[:, None] * G + unit[None, :]
+                    tl.store(a, f, mask=mask)
+                    tl.store(a + HIDDEN, i, mask=mask)
+                    tl.store(a + 2 * HIDDEN, o, mask=mask)
+                    tl.store(a + 3 * HIDDEN, c_hat, mask=mask)
+                tl.store(c_ptr + (here if SAVE else rows)[:, None] * HIDDEN + unit[None, :], c, mask=mask)
+                tl.store(h_ptr + here[:, None] * HIDDEN + unit[None, :], h.to(h_ptr.dtype.element_ty), mask=mask)
+            tl.debug_barrier()  # the step's states are in place before the next step reads them
+
+
+    @triton.jit(do_not_specialize=["act_dir", "c_dir", "gh_dir", "dg_dir", "w_dir", "steps"])
+    def _recurrence_backward(
+        act_ptr, act_dir, c_ptr, c_dir, gh_ptr, gh_dir, dg_ptr, dg_dir, w_ptr, w_dir,
+        dc_ptr, rec_ptr, master_ptr, sums_ptr, step_ptr, steps,
+        HIDDEN: tl.constexpr, N_CHUNK: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr,
+        BLOCK_C: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr,
+        PRECISION: tl.constexpr,
+    ):
+        """:func:`_step_backward` for every step of a block of rows, last step
+        first, in one launch, with the product ``dg_t @ w^T`` that carries the
+        hidden state's gradient into step ``t - 1``.  Scratch, ``[D, rows, ...]``
+        float32, zero where a row has not begun: ``dc_ptr`` and ``rec_ptr``
+        (``HIDDEN``: the cell's and the hidden state's gradient from the later
+        step), ``master_ptr`` (``2 * N_CHUNK``: the master gates) and
+        ``sums_ptr`` (``2 * HIDDEN``: each unit's share of its master unit's
+        gradient).  ``step_ptr``: :func:`_step_table`."""
+        block = tl.program_id(0)
+        d = tl.program_id(1)
+        G: tl.constexpr = 4 * HIDDEN + 2 * N_CHUNK
+        act_ptr += d * act_dir
+        c_ptr += d * c_dir
+        gh_ptr += d * gh_dir
+        dg_ptr += d * dg_dir
+        w_ptr += d * w_dir
+        rows = block * BLOCK_B + tl.arange(0, BLOCK_B)
+        scratch = d * tl.num_programs(0) * BLOCK_B + rows[:, None]
+        dc_ptr += scratch * HIDDEN
+        rec_ptr += scratch * HIDDEN
+        masters = master_ptr + scratch * (2 * N_CHUNK)
+        sums = sums_ptr + scratch * (2 * HIDDEN)
+        m = tl.arange(0, BLOCK_M)
+        valid = m < N_CHUNK
+        j = tl.arange(0, BLOCK_H)
+        k = tl.arange(0, BLOCK_K)
+        for step in range(steps):
+            t = steps - 1 - step
+            here = tl.load(step_ptr + 1 + t) + rows
+            live = rows < tl.load(step_ptr + 1 + steps + t)
+            before = tl.load(step_ptr + t) + rows
+            has_prev = live & (here != before)
+            mask = live[:, None] & valid[None, :]
+            pf = tl.load(act_ptr + here[:, None] * G + 4 * HIDDEN + m[None, :], mask=mask, other=0.0)
+            pi = tl.load(act_ptr + here[:, None] * G + 4 * HIDDEN + N_CHUNK + m[None, :], mask=mask, other=0.0)
+            tl.store(masters + m[None, :], tl.cumsum(pf, 1), mask=mask)
+            tl.store(masters + N_CHUNK + m[None, :], 1.0 - tl.cumsum(pi, 1), mask=mask)
+            tl.debug_barrier()
+            for j0 in range(0, HIDDEN, BLOCK_H):
+                unit = j0 + j
+                unit_mask = unit < HIDDEN
+                mask = live[:, None] & unit_mask[None, :]
+                a = act_ptr + here[:, None] * G + unit[None, :]
+                f = tl.load(a, mask=mask, other=0.0)
+                i = tl.load(a + HIDDEN, mask=mask, other=0.0)
+                o = tl.load(a + 2 * HIDDEN, mask=mask, other=0.0)
+                c_hat = tl.load(a + 3 * HIDDEN, mask=mask, other=0.0)
+                mf = tl.load(masters + (unit // CHUNK)[None, :], mask=mask, other=0.0)
+                mi = tl.load(masters + N_CHUNK + (unit // CHUNK)[None, :], mask=mask, other=0.0)
+                c = tl.load(c_ptr + here[:, None] * HIDDEN + unit[None, :], mask=mask, other=0.0)
+                c_prev = tl.load(c_ptr + before[:, None] * HIDDEN + unit[None, :],
+                                 mask=has_prev[:, None] & unit_mask[None, :], other=0.0)
+                dh = tl.load(gh_ptr + here[:, None] * HIDDEN + unit[None, :], mask=mask, other=0.0).to(tl.float32)
+                dh += tl.load(rec_ptr + unit[None, :], mask=mask, other=0.0)
+                dc = tl.load(dc_ptr + unit[None, :], mask=mask, other=0.0)
+                gf, gi, go, gc, share_f, share_i, dc = _cell_backward(f, i, o, c_hat, mf, mi, c, c_prev, dh, dc)
+                out_ty = dg_ptr.dtype.element_ty
+                dg = dg_ptr + here[:, None] * G + unit[None, :]
+                tl.store(dg, gf.to(out_ty), mask=mask)
+                tl.store(dg + HIDDEN, gi.to(out_ty), mask=mask)
+                tl.store(dg + 2 * HIDDEN, go.to(out_ty), mask=mask)
+                tl.store(dg + 3 * HIDDEN, gc.to(out_ty), mask=mask)
+                tl.store(sums + unit[None, :], share_f, mask=mask)
+                tl.store(sums + HIDDEN + unit[None, :], share_i, mask=mask)
+                tl.store(dc_ptr + unit[None, :], dc, mask=mask)
+            tl.debug_barrier()  # every unit's share is in place before its master unit sums them
+            # dL/d cumax of each master unit: its chunk's sum (Eq. 8, 9)
+            chunk = tl.arange(0, BLOCK_C)
+            in_chunk = m[None, :, None] * CHUNK + chunk[None, None, :]
+            mask3 = live[:, None, None] & valid[None, :, None] & (chunk < CHUNK)[None, None, :]
+            d_cmf = tl.sum(tl.load(sums[:, :, None] + in_chunk, mask=mask3, other=0.0), 2)
+            d_cmi = tl.sum(tl.load(sums[:, :, None] + HIDDEN + in_chunk, mask=mask3, other=0.0), 2)
+            mask = live[:, None] & valid[None, :]
+            out_ty = dg_ptr.dtype.element_ty
+            tl.store(dg_ptr + here[:, None] * G + 4 * HIDDEN + m[None, :], _master_backward(pf, d_cmf, 1).to(out_ty),
+                     mask=mask)
+            tl.store(dg_ptr + here[:, None] * G + 4 * HIDDEN + N_CHUNK + m[None, :],
+                     _master_backward(pi, d_cmi, 1).to(out_ty), mask=mask)
+            tl.debug_barrier()  # the step's gate gradients are in place before they are multiplied
+            # the hidden state's gradient into step t - 1: dg_t @ w^T
+            for j0 in range(0, HIDDEN, BLOCK_H):
+                unit = j0 + j
+                unit_mask = unit < HIDDEN
+                acc = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
+                for g0 in range(0, G, BLOCK_K):
+                    column = g0 + k
+                    dg = tl.load(dg_ptr + here[:, None] * G + column[None, :],
+                                 mask=has_prev[:, None] & (column < G)[None, :], other=0.0)
+                    w_t = tl.load(w_ptr + unit[None, :] * G + column[:, None],
+                                  mask=(column < G)[:, None] & unit_mask[None, :], other=0.0)
+                    if PRECISION == "float32":
+                        acc += tl.dot(dg.to(tl.float32), w_t.to(tl.float32), input_precision="ieee")
+                    else:
+                        acc += tl.dot(dg, w_t, input_precision=PRECISION)
+                tl.store(rec_ptr + unit[None, :], acc, mask=live[:, None] & unit_mask[None, :])
+            tl.debug_barrier()  # the next (earlier) step reads it
 
 
 def _shape(hidden: int, chunk_size: int) -> dict:
@@ -218,6 +454,83 @@ def onlstm_forward(
         prev = start
         start = stop
     return out, acts, cells
+
+
+def _step_table(batch_sizes: List[int], device: torch.device) -> Tensor:
+    """The persistent kernels' step table (int32): a zero, each step's first
+    packed row (so entry ``t`` is step ``t - 1``'s, the zero step 0's own),
+    then each step's row count."""
+    return torch.tensor([0] + step_starts(batch_sizes) + list(batch_sizes), dtype=torch.int32).to(device)
+
+
+def _dot_precision(dtype: torch.dtype) -> str:
+    """:func:`_recurrent_dot`'s ``PRECISION``: float32 products as ``torch.bmm``
+    computes them by default (no TF32), half tiles on the tensor cores."""
+    if dtype == torch.bfloat16 and os.environ.get("TRITON_INTERPRET") == "1":
+        return "float32"
+    return "ieee" if dtype == torch.float32 else "tf32"
+
+
+def onlstm_forward_persistent(
+    xs: Tensor, w_ih: Tensor, bias: Tensor, w_hh: Tensor, batch_sizes: List[int],
+    hidden: int, chunk_size: int, save: bool, block_h: int = 64, block_k: int = 64,
+) -> Tuple[Tensor, Tensor, Tensor]:
+    """:func:`onlstm_forward`'s arguments and results, every step in one launch
+    (:func:`_recurrence_forward`; ``block_h``/``block_k``: the units and the
+    recurrent matmul's depth a program takes at a time, at least 16)."""
+    num_dir = xs.size(0)
+    xg, acts = gate_buffers(xs, w_ih, bias, save)
+    cells, out = state_buffers(xs, batch_sizes, hidden, save)
+    if len(batch_sizes) == 0:
+        return out, acts, cells
+    block_b = 16
+    n_chunk = hidden // chunk_size
+    steps = _step_table(batch_sizes, xs.device)
+    blocks = triton.cdiv(batch_sizes[0], block_b)
+    masters = torch.empty(num_dir, blocks * block_b, 2, n_chunk, dtype=torch.float32, device=xs.device)
+    w_hh = w_hh.contiguous()
+    act = acts if save else xg
+    _recurrence_forward[(blocks, num_dir)](
+        xg, xg.stride(0), w_hh, w_hh.stride(0), act, act.stride(0), cells, cells.stride(0), out, out.stride(0),
+        masters, steps, len(batch_sizes),
+        HIDDEN=hidden, N_CHUNK=n_chunk, CHUNK=chunk_size, BLOCK_M=max(16, _block(n_chunk)),
+        BLOCK_B=block_b, BLOCK_H=max(16, min(block_h, _block(hidden))), BLOCK_K=max(16, min(block_k, _block(hidden))),
+        SAVE=save, PRECISION=_dot_precision(xs.dtype),
+    )
+    return out, acts, cells
+
+
+def onlstm_backward_persistent(
+    grad_hs: Tensor, w_hh: Tensor, hs: Tensor, acts: Tensor, cells: Tensor,
+    batch_sizes: List[int], hidden: int, chunk_size: int, block_h: int = 64, block_k: int = 64,
+) -> Tuple[Tensor, Tensor]:
+    """:func:`onlstm_backward`'s arguments and results, every step in one launch
+    (:func:`_recurrence_backward`)."""
+    num_dir = acts.size(0)
+    grad_xg = acts if acts.dtype == hs.dtype else torch.empty(acts.shape, dtype=hs.dtype, device=hs.device)
+    if len(batch_sizes) == 0:
+        return grad_xg, torch.zeros_like(w_hh)
+    block_b = 16
+    n_chunk = hidden // chunk_size
+    steps = _step_table(batch_sizes, hs.device)
+    blocks = triton.cdiv(batch_sizes[0], block_b)
+    dc, rec, sums, masters = (
+        make(num_dir, blocks * block_b, width, dtype=torch.float32, device=hs.device)
+        for make, width in ((torch.zeros, hidden), (torch.zeros, hidden), (torch.empty, 2 * hidden),
+                            (torch.empty, 2 * n_chunk))
+    )
+    w_hh = w_hh.contiguous()
+    _recurrence_backward[(blocks, num_dir)](
+        acts, acts.stride(0), cells, cells.stride(0), grad_hs, grad_hs.stride(0), grad_xg, grad_xg.stride(0),
+        w_hh, w_hh.stride(0), dc, rec, masters, sums,
+        steps, len(batch_sizes),
+        HIDDEN=hidden, N_CHUNK=n_chunk, CHUNK=chunk_size, BLOCK_M=max(16, _block(n_chunk)),
+        BLOCK_C=_block(chunk_size), BLOCK_B=block_b, BLOCK_H=max(16, min(block_h, _block(hidden))),
+        BLOCK_K=max(16, min(block_k, _block(4 * hidden + 2 * n_chunk))), PRECISION=_dot_precision(hs.dtype),
+    )
+    if grad_xg is acts:  # the kernel wrote over the saved gates: a second backward must be refused
+        torch.autograd.graph.increment_version(acts)
+    return grad_xg, recurrent_weight_grad(hs, grad_xg.unbind(0), w_hh, batch_sizes)
 
 
 def onlstm_backward(
