@@ -64,6 +64,7 @@ print(torch.cuda.get_device_name(), "| torch", torch.__version__, "| CUDA", torc
 PY
 status=0  # a failing test does not stop the benchmarks; the script's exit status reports it
 for step in $STEPS; do
+    echo "== gpu_check.sh: $step, from ${SECONDS}s"
     case "$step" in
     tests)
         # the CPU's C++ cell, built ahead as scripts/setup_env.sh does (fairseq-posattn-build-cell)
@@ -104,4 +105,5 @@ for step in $STEPS; do
         ;;
     esac
 done
+echo "== gpu_check.sh: done at ${SECONDS}s"
 exit "$status"
