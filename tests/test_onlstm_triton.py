@@ -52,13 +52,13 @@ def test_the_persistent_kernels_in_half_precision_are_the_reference_in_half(dtyp
                                    atol=1e-2, rtol=1e-2)
 
 
-def tiled_problem(dtype):
+def tiled_problem(dtype, chunk):
     """Two blocks of rows (19 sentences, the second block partly empty), 40
-    units and 180 gate columns for tiles of 16 (the last ones partly
-    masked), sentences ending at every step: ``(xs, w_ih, bias, w_hh),
-    batch_sizes, hidden, chunk``."""
+    units, 40 or 10 master units and 240 or 180 gate columns for tiles of 16
+    (the last ones partly masked), sentences ending at every step: ``(xs,
+    w_ih, bias, w_hh), batch_sizes, hidden, chunk``."""
     torch.manual_seed(0)
-    num_dir, hidden, dim, chunk = 2, 40, 8, 4
+    num_dir, hidden, dim = 2, 40, 8
     lengths = [7, 7, 5, 3, 3, 1] + [2] * 13
     batch_sizes = [sum(length > t for length in lengths) for t in range(max(lengths))]
     gates = 4 * hidden + 2 * (hidden // chunk)
@@ -71,15 +71,16 @@ def tiled_problem(dtype):
 HALF_ROUNDING = dict(atol=2e-2, rtol=2e-2)
 
 
+@pytest.mark.parametrize("chunk", [1, 4])
 @pytest.mark.parametrize("save", [True, False], ids=["training", "inference"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-def test_the_persistent_forward_tiles_rows_units_and_depth(dtype, save):
+def test_the_persistent_forward_tiles_rows_units_and_depth(dtype, save, chunk):
     """:func:`tiled_problem`: the states and saved gates of the fused steps,
     one step per launch, to their matmul's rounding (half: the steps round
     the recurrent product to half, the persistent kernel keeps it in float32)."""
     from fairseq_posattn.modules.onlstm import triton_steps
 
-    args, batch_sizes, hidden, chunk = tiled_problem(dtype)
+    args, batch_sizes, hidden, chunk = tiled_problem(dtype, chunk)
     steps = triton_steps.onlstm_forward(*args, batch_sizes, hidden, chunk, save)
     launch = triton_steps.onlstm_forward_persistent(*args, batch_sizes, hidden, chunk, save, block_h=16, block_k=16)
     tolerance = {} if dtype == torch.float32 else HALF_ROUNDING
@@ -87,13 +88,14 @@ def test_the_persistent_forward_tiles_rows_units_and_depth(dtype, save):
         torch.testing.assert_close(b, a, msg=name, **tolerance)
 
 
+@pytest.mark.parametrize("chunk", [1, 4])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-def test_the_persistent_backward_tiles_rows_units_and_depth(dtype):
+def test_the_persistent_backward_tiles_rows_units_and_depth(dtype, chunk):
     """:func:`tiled_problem`: the gate gradients and the recurrent weight's
     gradient of the fused steps' backward, to one rounding of the dtype."""
     from fairseq_posattn.modules.onlstm import triton_steps
 
-    args, batch_sizes, hidden, chunk = tiled_problem(dtype)
+    args, batch_sizes, hidden, chunk = tiled_problem(dtype, chunk)
     hs, acts, cells = triton_steps.onlstm_forward(*args, batch_sizes, hidden, chunk, True)
     grad_hs = torch.randn(hs.shape, device=DEVICE).to(dtype)
     w_hh = args[3]

@@ -100,20 +100,27 @@ if triton is not None:
                 dc * i_hat * (1.0 - c_hat * c_hat), d_f_hat - neg_dw * mi, neg_dw * mf - d_i_hat, dc * f_hat)
 
     @triton.jit
-    def _master_softmax(z, valid, AXIS: tl.constexpr):
-        """The softmax of a master gate's pre-activations along ``AXIS`` over the
-        ``valid`` master units (Eq. 7; cumax is its cumulative sum), zero beyond."""
-        z_max = tl.expand_dims(tl.max(tl.where(valid, z, float("-inf")), AXIS), AXIS)
-        p = tl.where(valid, tl.exp(z - z_max), 0.0)
-        return p / tl.expand_dims(tl.sum(p, AXIS), AXIS)
+    def _master_softmax(z, valid):
+        """The softmax of a row's master-gate pre-activations over the ``valid``
+        master units (Eq. 7; cumax is its cumulative sum), zero beyond."""
+        p = tl.where(valid, tl.exp(z - tl.max(tl.where(valid, z, float("-inf")), 0)), 0.0)
+        return p / tl.sum(p, 0)
 
     @triton.jit
-    def _master_backward(p, d_cumax, AXIS: tl.constexpr):
-        """The gradient of a master gate's pre-activations from that of its
+    def _master_backward(p, d_cumax):
+        """The gradient of a row's master-gate pre-activations from that of its
         cumax (Eq. 7-9): the cumulative sum's backward (suffix sums), then the
-        softmax's, along ``AXIS``."""
-        dp = tl.expand_dims(tl.sum(d_cumax, AXIS), AXIS) - tl.cumsum(d_cumax, AXIS) + d_cumax
-        return p * (dp - tl.expand_dims(tl.sum(p * dp, AXIS), AXIS))
+        softmax's."""
+        dp = tl.sum(d_cumax, 0) - tl.cumsum(d_cumax, 0) + d_cumax
+        return p * (dp - tl.sum(p * dp, 0))
+
+    @triton.jit
+    def _running_max_sum(run_max, run_sum, z, valid):
+        """Fold a tile of master pre-activations ``[rows, units]`` into each row's
+        running maximum and sum of ``exp(z - maximum)``: a softmax over tiles."""
+        z = tl.where(valid, z, float("-inf"))
+        new_max = tl.maximum(run_max, tl.max(z, 1))
+        return new_max, run_sum * tl.exp(run_max - new_max) + tl.sum(tl.exp(z - new_max[:, None]), 1)
 
     @triton.jit(do_not_specialize=["x_dir", "rec_dir", "act_dir", "c_dir", "h_dir"])
     def _step_forward(
@@ -149,8 +156,8 @@ if triton is not None:
         else:
             c_prev = tl.zeros((BLOCK_M, BLOCK_C), dtype=tl.float32)
         tl.debug_barrier()  # every read of the row is done before ``act_ptr`` overwrites it
-        pf = _master_softmax(zmf, valid, 0)
-        pi = _master_softmax(zmi, valid, 0)
+        pf = _master_softmax(zmf, valid)
+        pi = _master_softmax(zmi, valid)
         mf = tl.cumsum(pf, 0)[:, None]  # Eq. 8: master forget gate, over its chunk
         mi = 1.0 - tl.cumsum(pi, 0)[:, None]  # Eq. 9: master input gate
         f, i, o, c_hat, c, h = _cell(zf, zi, zo, zc, mf, mi, c_prev)
@@ -210,8 +217,8 @@ if triton is not None:
         # dL/d cumax of each master unit: its chunk's sum (Eq. 8, 9)
         d_cmf = tl.sum(tl.where(mask, share_f, 0.0), 1)
         d_cmi = tl.sum(tl.where(mask, share_i, 0.0), 1)
-        tl.store(dg + 4 * HIDDEN + m, _master_backward(pf, d_cmf, 0).to(out_ty), mask=valid)
-        tl.store(dg + 4 * HIDDEN + N_CHUNK + m, _master_backward(pi, d_cmi, 0).to(out_ty), mask=valid)
+        tl.store(dg + 4 * HIDDEN + m, _master_backward(pf, d_cmf).to(out_ty), mask=valid)
+        tl.store(dg + 4 * HIDDEN + N_CHUNK + m, _master_backward(pi, d_cmi).to(out_ty), mask=valid)
         tl.store(dc_at, dc, mask=mask)
 
 
@@ -245,8 +252,9 @@ if triton is not None:
     ):
         """Every step of a block of ``BLOCK_B`` rows in one direction, in one
         launch: the recurrent matmul (``w_ptr``, ``[HIDDEN, G]``, read from the
-        L2 cache at each step) and :func:`_step_forward`'s arithmetic, for
-        ``BLOCK_H`` units at a time.  Rows never read each other's states, so
+        L2 cache at each step) and :func:`_cell`, for ``BLOCK_H`` units at a
+        time, after the master gates, ``BLOCK_M`` master units at a time (a
+        softmax over tiles, then cumulative sums carried from tile to tile).  Rows never read each other's states, so
         the programs need no synchronisation.  ``step_ptr``: :func:`_step_table`;
         ``master_ptr`` is scratch for the rows' master gates (``[D, rows, 2,
         N_CHUNK]``, float32)."""
@@ -261,29 +269,52 @@ if triton is not None:
         rows = block * BLOCK_B + tl.arange(0, BLOCK_B)
         masters = master_ptr + (d * tl.num_programs(0) * BLOCK_B + rows[:, None]) * (2 * N_CHUNK)
         m = tl.arange(0, BLOCK_M)
-        valid = m < N_CHUNK
         j = tl.arange(0, BLOCK_H)
         for t in range(steps):
             here = tl.load(step_ptr + 1 + t) + rows
             live = rows < tl.load(step_ptr + 1 + steps + t)
             before = tl.load(step_ptr + t) + rows
             has_prev = live & (here != before)  # step 0's "before" is the table's leading zero: itself
-            # the master gates first (Eq. 7-9): every unit of the row needs them
-            mask = live[:, None] & valid[None, :]
-            zmf = tl.load(x_ptr + here[:, None] * G + 4 * HIDDEN + m[None, :], mask=mask, other=0.0).to(tl.float32)
-            zmi = tl.load(x_ptr + here[:, None] * G + 4 * HIDDEN + N_CHUNK + m[None, :], mask=mask,
-                          other=0.0).to(tl.float32)
-            zmf = _recurrent_dot(zmf, h_ptr, before, has_prev, w_ptr, 4 * HIDDEN + m, valid, HIDDEN, G, BLOCK_K,
-                                 PRECISION)
-            zmi = _recurrent_dot(zmi, h_ptr, before, has_prev, w_ptr, 4 * HIDDEN + N_CHUNK + m, valid, HIDDEN, G,
-                                 BLOCK_K, PRECISION)
-            pf = _master_softmax(zmf, valid[None, :], 1)
-            pi = _master_softmax(zmi, valid[None, :], 1)
-            tl.store(masters + m[None, :], tl.cumsum(pf, 1), mask=mask)  # Eq. 8
-            tl.store(masters + N_CHUNK + m[None, :], 1.0 - tl.cumsum(pi, 1), mask=mask)  # Eq. 9
-            if SAVE:
-                tl.store(act_ptr + here[:, None] * G + 4 * HIDDEN + m[None, :], pf, mask=mask)
-                tl.store(act_ptr + here[:, None] * G + 4 * HIDDEN + N_CHUNK + m[None, :], pi, mask=mask)
+            # the master gates first (Eq. 7-9): every unit of the row needs them.  Their
+            # pre-activations, a tile at a time, with each row's softmax maximum and sum ...
+            max_f = tl.full((BLOCK_B,), float("-inf"), tl.float32)
+            max_i = tl.full((BLOCK_B,), float("-inf"), tl.float32)
+            sum_f = tl.zeros((BLOCK_B,), tl.float32)
+            sum_i = tl.zeros((BLOCK_B,), tl.float32)
+            for m0 in range(0, N_CHUNK, BLOCK_M):
+                unit = m0 + m
+                valid = unit < N_CHUNK
+                mask = live[:, None] & valid[None, :]
+                zf = tl.load(x_ptr + here[:, None] * G + 4 * HIDDEN + unit[None, :], mask=mask, other=0.0)
+                zi = tl.load(x_ptr + here[:, None] * G + 4 * HIDDEN + N_CHUNK + unit[None, :], mask=mask, other=0.0)
+                zf = _recurrent_dot(zf.to(tl.float32), h_ptr, before, has_prev, w_ptr, 4 * HIDDEN + unit, valid,
+                                    HIDDEN, G, BLOCK_K, PRECISION)
+                zi = _recurrent_dot(zi.to(tl.float32), h_ptr, before, has_prev, w_ptr, 4 * HIDDEN + N_CHUNK + unit,
+                                    valid, HIDDEN, G, BLOCK_K, PRECISION)
+                tl.store(masters + unit[None, :], zf, mask=mask)
+                tl.store(masters + N_CHUNK + unit[None, :], zi, mask=mask)
+                max_f, sum_f = _running_max_sum(max_f, sum_f, zf, valid[None, :])
+                max_i, sum_i = _running_max_sum(max_i, sum_i, zi, valid[None, :])
+            tl.debug_barrier()
+            # ... then softmax and cumulative sums, carried from tile to tile
+            carry_f = tl.zeros((BLOCK_B,), tl.float32)
+            carry_i = tl.zeros((BLOCK_B,), tl.float32)
+            for m0 in range(0, N_CHUNK, BLOCK_M):
+                unit = m0 + m
+                valid = unit < N_CHUNK
+                mask = live[:, None] & valid[None, :]
+                zf = tl.load(masters + unit[None, :], mask=mask, other=0.0)
+                zi = tl.load(masters + N_CHUNK + unit[None, :], mask=mask, other=0.0)
+                pf = tl.where(valid[None, :], tl.exp(zf - max_f[:, None]), 0.0) / sum_f[:, None]
+                pi = tl.where(valid[None, :], tl.exp(zi - max_i[:, None]), 0.0) / sum_i[:, None]
+                tl.store(masters + unit[None, :], carry_f[:, None] + tl.cumsum(pf, 1), mask=mask)  # Eq. 8
+                tl.store(masters + N_CHUNK + unit[None, :], 1.0 - carry_i[:, None] - tl.cumsum(pi, 1),
+                         mask=mask)  # Eq. 9
+                carry_f += tl.sum(pf, 1)
+                carry_i += tl.sum(pi, 1)
+                if SAVE:
+                    tl.store(act_ptr + here[:, None] * G + 4 * HIDDEN + unit[None, :], pf, mask=mask)
+                    tl.store(act_ptr + here[:, None] * G + 4 * HIDDEN + N_CHUNK + unit[None, :], pi, mask=mask)
             tl.debug_barrier()  # the master gates are in place before any unit reads them
             for j0 in range(0, HIDDEN, BLOCK_H):
                 unit = j0 + j
@@ -348,7 +379,7 @@ if triton is not None:
         masters = master_ptr + scratch * (2 * N_CHUNK)
         sums = sums_ptr + scratch * (2 * HIDDEN)
         m = tl.arange(0, BLOCK_M)
-        valid = m < N_CHUNK
+        chunk = tl.arange(0, BLOCK_C)
         j = tl.arange(0, BLOCK_H)
         k = tl.arange(0, BLOCK_K)
         for step in range(steps):
@@ -357,11 +388,18 @@ if triton is not None:
             live = rows < tl.load(step_ptr + 1 + steps + t)
             before = tl.load(step_ptr + t) + rows
             has_prev = live & (here != before)
-            mask = live[:, None] & valid[None, :]
-            pf = tl.load(act_ptr + here[:, None] * G + 4 * HIDDEN + m[None, :], mask=mask, other=0.0)
-            pi = tl.load(act_ptr + here[:, None] * G + 4 * HIDDEN + N_CHUNK + m[None, :], mask=mask, other=0.0)
-            tl.store(masters + m[None, :], tl.cumsum(pf, 1), mask=mask)
-            tl.store(masters + N_CHUNK + m[None, :], 1.0 - tl.cumsum(pi, 1), mask=mask)
+            # the master gates (Eq. 8, 9) from the saved softmax, a tile at a time
+            carry_f = tl.zeros((BLOCK_B,), tl.float32)
+            carry_i = tl.zeros((BLOCK_B,), tl.float32)
+            for m0 in range(0, N_CHUNK, BLOCK_M):
+                unit = m0 + m
+                mask = live[:, None] & (unit < N_CHUNK)[None, :]
+                pf = tl.load(act_ptr + here[:, None] * G + 4 * HIDDEN + unit[None, :], mask=mask, other=0.0)
+                pi = tl.load(act_ptr + here[:, None] * G + 4 * HIDDEN + N_CHUNK + unit[None, :], mask=mask, other=0.0)
+                tl.store(masters + unit[None, :], carry_f[:, None] + tl.cumsum(pf, 1), mask=mask)
+                tl.store(masters + N_CHUNK + unit[None, :], 1.0 - carry_i[:, None] - tl.cumsum(pi, 1), mask=mask)
+                carry_f += tl.sum(pf, 1)
+                carry_i += tl.sum(pi, 1)
             tl.debug_barrier()
             for j0 in range(0, HIDDEN, BLOCK_H):
                 unit = j0 + j
@@ -391,18 +429,56 @@ if triton is not None:
                 tl.store(sums + HIDDEN + unit[None, :], share_i, mask=mask)
                 tl.store(dc_ptr + unit[None, :], dc, mask=mask)
             tl.debug_barrier()  # every unit's share is in place before its master unit sums them
-            # dL/d cumax of each master unit: its chunk's sum (Eq. 8, 9)
-            chunk = tl.arange(0, BLOCK_C)
-            in_chunk = m[None, :, None] * CHUNK + chunk[None, None, :]
-            mask3 = live[:, None, None] & valid[None, :, None] & (chunk < CHUNK)[None, None, :]
-            d_cmf = tl.sum(tl.load(sums[:, :, None] + in_chunk, mask=mask3, other=0.0), 2)
-            d_cmi = tl.sum(tl.load(sums[:, :, None] + HIDDEN + in_chunk, mask=mask3, other=0.0), 2)
-            mask = live[:, None] & valid[None, :]
+            # dL/d cumax of each master unit: its chunk's sum (Eq. 8, 9), over the
+            # scratch of the master gates, which the units no longer read
+            total_f = tl.zeros((BLOCK_B,), tl.float32)
+            total_i = tl.zeros((BLOCK_B,), tl.float32)
+            for m0 in range(0, N_CHUNK, BLOCK_M):
+                unit = m0 + m
+                valid = unit < N_CHUNK
+                in_chunk = unit[None, :, None] * CHUNK + chunk[None, None, :]
+                mask3 = live[:, None, None] & valid[None, :, None] & (chunk < CHUNK)[None, None, :]
+                d_cmf = tl.sum(tl.load(sums[:, :, None] + in_chunk, mask=mask3, other=0.0), 2)
+                d_cmi = tl.sum(tl.load(sums[:, :, None] + HIDDEN + in_chunk, mask=mask3, other=0.0), 2)
+                mask = live[:, None] & valid[None, :]
+                tl.store(masters + unit[None, :], d_cmf, mask=mask)
+                tl.store(masters + N_CHUNK + unit[None, :], d_cmi, mask=mask)
+                total_f += tl.sum(d_cmf, 1)
+                total_i += tl.sum(d_cmi, 1)
+            tl.debug_barrier()
+            # the cumulative sum's backward, suffix sums carried from tile to tile (in
+            # place), and the sums over the units of p * dp that the softmax's needs (Eq. 7)
+            carry_f = tl.zeros((BLOCK_B,), tl.float32)
+            carry_i = tl.zeros((BLOCK_B,), tl.float32)
+            p_dp_f = tl.zeros((BLOCK_B,), tl.float32)
+            p_dp_i = tl.zeros((BLOCK_B,), tl.float32)
+            for m0 in range(0, N_CHUNK, BLOCK_M):
+                unit = m0 + m
+                mask = live[:, None] & (unit < N_CHUNK)[None, :]
+                d_cmf = tl.load(masters + unit[None, :], mask=mask, other=0.0)
+                d_cmi = tl.load(masters + N_CHUNK + unit[None, :], mask=mask, other=0.0)
+                dpf = (total_f - carry_f)[:, None] - tl.cumsum(d_cmf, 1) + d_cmf
+                dpi = (total_i - carry_i)[:, None] - tl.cumsum(d_cmi, 1) + d_cmi
+                carry_f += tl.sum(d_cmf, 1)
+                carry_i += tl.sum(d_cmi, 1)
+                pf = tl.load(act_ptr + here[:, None] * G + 4 * HIDDEN + unit[None, :], mask=mask, other=0.0)
+                pi = tl.load(act_ptr + here[:, None] * G + 4 * HIDDEN + N_CHUNK + unit[None, :], mask=mask, other=0.0)
+                p_dp_f += tl.sum(pf * dpf, 1)
+                p_dp_i += tl.sum(pi * dpi, 1)
+                tl.store(masters + unit[None, :], dpf, mask=mask)
+                tl.store(masters + N_CHUNK + unit[None, :], dpi, mask=mask)
+            tl.debug_barrier()
             out_ty = dg_ptr.dtype.element_ty
-            tl.store(dg_ptr + here[:, None] * G + 4 * HIDDEN + m[None, :], _master_backward(pf, d_cmf, 1).to(out_ty),
-                     mask=mask)
-            tl.store(dg_ptr + here[:, None] * G + 4 * HIDDEN + N_CHUNK + m[None, :],
-                     _master_backward(pi, d_cmi, 1).to(out_ty), mask=mask)
+            for m0 in range(0, N_CHUNK, BLOCK_M):
+                unit = m0 + m
+                mask = live[:, None] & (unit < N_CHUNK)[None, :]
+                at = here[:, None] * G + 4 * HIDDEN + unit[None, :]
+                pf = tl.load(act_ptr + at, mask=mask, other=0.0)
+                pi = tl.load(act_ptr + at + N_CHUNK, mask=mask, other=0.0)
+                dpf = tl.load(masters + unit[None, :], mask=mask, other=0.0)
+                dpi = tl.load(masters + N_CHUNK + unit[None, :], mask=mask, other=0.0)
+                tl.store(dg_ptr + at, (pf * (dpf - p_dp_f[:, None])).to(out_ty), mask=mask)
+                tl.store(dg_ptr + at + N_CHUNK, (pi * (dpi - p_dp_i[:, None])).to(out_ty), mask=mask)
             tl.debug_barrier()  # the step's gate gradients are in place before they are multiplied
             # the hidden state's gradient into step t - 1: dg_t @ w^T
             for j0 in range(0, HIDDEN, BLOCK_H):
@@ -493,7 +569,7 @@ def onlstm_forward_persistent(
     _recurrence_forward[(blocks, num_dir)](
         xg, xg.stride(0), w_hh, w_hh.stride(0), act, act.stride(0), cells, cells.stride(0), out, out.stride(0),
         masters, steps, len(batch_sizes),
-        HIDDEN=hidden, N_CHUNK=n_chunk, CHUNK=chunk_size, BLOCK_M=max(16, _block(n_chunk)),
+        HIDDEN=hidden, N_CHUNK=n_chunk, CHUNK=chunk_size, BLOCK_M=max(16, min(block_h, _block(n_chunk))),
         BLOCK_B=block_b, BLOCK_H=max(16, min(block_h, _block(hidden))), BLOCK_K=max(16, min(block_k, _block(hidden))),
         SAVE=save, PRECISION=_dot_precision(xs.dtype),
     )
@@ -524,9 +600,11 @@ def onlstm_backward_persistent(
         acts, acts.stride(0), cells, cells.stride(0), grad_hs, grad_hs.stride(0), grad_xg, grad_xg.stride(0),
         w_hh, w_hh.stride(0), dc, rec, masters, sums,
         steps, len(batch_sizes),
-        HIDDEN=hidden, N_CHUNK=n_chunk, CHUNK=chunk_size, BLOCK_M=max(16, _block(n_chunk)),
+        HIDDEN=hidden, N_CHUNK=n_chunk, CHUNK=chunk_size,
+        BLOCK_M=max(2, min(block_h, _block(n_chunk), 512 // _block(chunk_size))),  # chunk sums: <= 512 units a tile
         BLOCK_C=_block(chunk_size), BLOCK_B=block_b, BLOCK_H=max(16, min(block_h, _block(hidden))),
-        BLOCK_K=max(16, min(block_k, _block(4 * hidden + 2 * n_chunk))), PRECISION=_dot_precision(hs.dtype),
+        BLOCK_K=max(16, min(block_k, _block(4 * hidden + 2 * n_chunk))),
+        PRECISION=_dot_precision(hs.dtype),
     )
     if grad_xg is acts:  # the kernel wrote over the saved gates: a second backward must be refused
         torch.autograd.graph.increment_version(acts)
