@@ -71,9 +71,11 @@ def tiled_problem(dtype, chunk):
 HALF_ROUNDING = dict(atol=2e-2, rtol=2e-2)
 
 
-@pytest.mark.parametrize("chunk", [1, 4])
-@pytest.mark.parametrize("save", [True, False], ids=["training", "inference"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dtype, save, chunk", [
+    (torch.float32, True, 1), (torch.float32, False, 1), (torch.float32, True, 4),
+    (torch.float16, True, 1), (torch.bfloat16, True, 4), (torch.bfloat16, False, 4),
+], ids=["fp32-training-chunk1", "fp32-inference-chunk1", "fp32-training-chunk4", "fp16-training-chunk1",
+        "bf16-training-chunk4", "bf16-inference-chunk4"])
 def test_the_persistent_forward_tiles_rows_units_and_depth(dtype, save, chunk):
     """:func:`tiled_problem`: the states and saved gates of the fused steps,
     one step per launch, to their matmul's rounding (half: the steps round
@@ -88,8 +90,9 @@ def test_the_persistent_forward_tiles_rows_units_and_depth(dtype, save, chunk):
         torch.testing.assert_close(b, a, msg=name, **tolerance)
 
 
-@pytest.mark.parametrize("chunk", [1, 4])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dtype, chunk", [(torch.float32, 1), (torch.float32, 4), (torch.float16, 1),
+                                          (torch.bfloat16, 4)], ids=["fp32-chunk1", "fp32-chunk4", "fp16-chunk1",
+                                                                     "bf16-chunk4"])
 def test_the_persistent_backward_tiles_rows_units_and_depth(dtype, chunk):
     """:func:`tiled_problem`: the gate gradients and the recurrent weight's
     gradient of the fused steps' backward, to one rounding of the dtype."""
