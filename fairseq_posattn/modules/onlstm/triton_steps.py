@@ -1,11 +1,18 @@
-"""The ON-LSTM recurrence on CUDA: per time step one matmul (cuBLAS) and one
-fused Triton kernel for the gate arithmetic of :func:`.reference.onlstm_cell`
-(Hao et al. 2019, Eq. 3-9, cumax included) and the cell update, forward and a
-hand-written backward.  One program handles one row (one sentence, one
-direction) and keeps each gate's ``hidden`` units as a ``[n_chunk,
-chunk_size]`` tile, so a master unit covers its chunk by broadcasting.  The
-gate arithmetic and the cell state are float32; the pre-activations are
-summed in float32 from the input projection and the recurrent matmul.
+"""The ON-LSTM recurrence on CUDA (Hao et al. 2019, Eq. 3-9, cumax included;
+the gate arithmetic of :func:`.reference.onlstm_cell`), forward and a
+hand-written backward, in two forms:
+
+* ``kernel="triton"``: per time step one matmul (cuBLAS) and one fused
+  kernel; one program handles one row (one sentence, one direction) and
+  keeps each gate's ``hidden`` units as a ``[n_chunk, chunk_size]`` tile, so
+  a master unit covers its chunk by broadcasting;
+* ``kernel="persistent"``: every step of a layer in one launch each way
+  (:func:`onlstm_forward_persistent`, :func:`onlstm_backward_persistent`),
+  each program a block of rows, the recurrent matmul inside.
+
+Both share the arithmetic (:func:`_cell`, :func:`_cell_backward`).  The gate
+arithmetic and the cell state are float32; the pre-activations are summed in
+float32 from the input projection and the recurrent matmul.
 
 Triton is optional (:data:`triton` is None without it).  The tests run these
 kernels on the CPU through Triton's interpreter (``TRITON_INTERPRET=1``).
@@ -254,10 +261,10 @@ if triton is not None:
         launch: the recurrent matmul (``w_ptr``, ``[HIDDEN, G]``, read from the
         L2 cache at each step) and :func:`_cell`, for ``BLOCK_H`` units at a
         time, after the master gates, ``BLOCK_M`` master units at a time (a
-        softmax over tiles, then cumulative sums carried from tile to tile).  Rows never read each other's states, so
-        the programs need no synchronisation.  ``step_ptr``: :func:`_step_table`;
-        ``master_ptr`` is scratch for the rows' master gates (``[D, rows, 2,
-        N_CHUNK]``, float32)."""
+        softmax over tiles, then cumulative sums carried from tile to tile).
+        Rows never read each other's states, so the programs need no
+        synchronisation.  ``step_ptr``: :func:`_step_table`; ``master_ptr`` is
+        scratch for the rows' master gates (``[D, rows, 2, N_CHUNK]``, float32)."""
         block = tl.program_id(0)
         d = tl.program_id(1)
         G: tl.constexpr = 4 * HIDDEN + 2 * N_CHUNK
