@@ -9,8 +9,9 @@
 * ``reference``: :func:`.reference.onlstm_reference`, autograd's backward;
 * ``cpu``: the C++ cell (:mod:`.cpu_cell`); ``triton``: the fused steps
   (:mod:`.triton_steps`; on the CPU only under ``TRITON_INTERPRET=1``);
-* ``persistent``: ``triton`` with the forward's steps in one launch per layer
-  (:func:`.triton_steps.onlstm_forward_persistent`); where asked for, until
+* ``persistent``: ``triton`` with every step of a layer in one launch,
+  forward and backward (:func:`.triton_steps.onlstm_forward_persistent`,
+  :func:`.triton_steps.onlstm_backward_persistent`); where asked for, until
   it is measured against ``triton`` on a GPU;
 * ``compile``: the reference compiled by ``torch.compile`` (recompiled for
   each new batch shape; for ``fairseq-posattn-bench-compile``).

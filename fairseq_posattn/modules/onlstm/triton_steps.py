@@ -228,14 +228,30 @@ if triton is not None:
         tl.store(dg + 4 * HIDDEN + N_CHUNK + m, _master_backward(pi, d_cmi).to(out_ty), mask=valid)
         tl.store(dc_at, dc, mask=mask)
 
+    @triton.jit
+    def _dot(a, b, PRECISION: tl.constexpr):
+        """``a @ b`` in float32; ``PRECISION`` is ``tl.dot``'s, or ``"float32"``:
+        the tiles multiplied in float32 (Triton's interpreter multiplies
+        bfloat16 tiles as raw bits; :func:`_dot_precision`)."""
+        if PRECISION == "float32":
+            return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+        return tl.dot(a, b, input_precision=PRECISION)
+
+    @triton.jit
+    def _step_rows(step_ptr, steps, t, rows):
+        """Step ``t`` of a block of rows, from :func:`_step_table`: their packed
+        rows at ``t`` and at ``t - 1``, which of them are still running, and
+        which of those have a step before."""
+        here = tl.load(step_ptr + 1 + t) + rows
+        live = rows < tl.load(step_ptr + 1 + steps + t)
+        before = tl.load(step_ptr + t) + rows
+        return here, live, before, live & (here != before)  # step 0's "before" is the leading zero: itself
 
     @triton.jit
     def _recurrent_dot(acc, h_prev_ptr, before, live, w_ptr, column, column_mask, HIDDEN: tl.constexpr,
                        G: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
         """``acc + h_prev[before] @ w[:, column]``: the recurrent pre-activations of
-        a block of rows (zero where ``live`` is false) for some gate columns.
-        ``PRECISION`` is ``tl.dot``'s, or ``"float32"``: the tiles multiplied
-        in float32 (Triton's interpreter multiplies bfloat16 tiles as raw bits)."""
+        a block of rows (zero where ``live`` is false) for some gate columns."""
         k = tl.arange(0, BLOCK_K)
         for k0 in range(0, HIDDEN, BLOCK_K):
             units = k0 + k
@@ -243,10 +259,7 @@ if triton is not None:
                         mask=live[:, None] & (units[None, :] < HIDDEN), other=0.0)
             w = tl.load(w_ptr + units[:, None] * G + column[None, :],
                         mask=(units[:, None] < HIDDEN) & column_mask[None, :], other=0.0)
-            if PRECISION == "float32":
-                acc += tl.dot(h.to(tl.float32), w.to(tl.float32), input_precision="ieee")
-            else:
-                acc += tl.dot(h, w, input_precision=PRECISION)
+            acc += _dot(h, w, PRECISION)
         return acc
 
     @triton.jit(do_not_specialize=["x_dir", "w_dir", "act_dir", "c_dir", "h_dir", "steps"])
@@ -278,10 +291,7 @@ if triton is not None:
         m = tl.arange(0, BLOCK_M)
         j = tl.arange(0, BLOCK_H)
         for t in range(steps):
-            here = tl.load(step_ptr + 1 + t) + rows
-            live = rows < tl.load(step_ptr + 1 + steps + t)
-            before = tl.load(step_ptr + t) + rows
-            has_prev = live & (here != before)  # step 0's "before" is the table's leading zero: itself
+            here, live, before, has_prev = _step_rows(step_ptr, steps, t, rows)
             # the master gates first (Eq. 7-9): every unit of the row needs them.  Their
             # pre-activations, a tile at a time, with each row's softmax maximum and sum ...
             max_f = tl.full((BLOCK_B,), float("-inf"), tl.float32)
@@ -354,7 +364,6 @@ if triton is not None:
                 tl.store(h_ptr + here[:, None] * HIDDEN + unit[None, :], h.to(h_ptr.dtype.element_ty), mask=mask)
             tl.debug_barrier()  # the step's states are in place before the next step reads them
 
-
     @triton.jit(do_not_specialize=["act_dir", "c_dir", "gh_dir", "dg_dir", "w_dir", "steps"])
     def _recurrence_backward(
         act_ptr, act_dir, c_ptr, c_dir, gh_ptr, gh_dir, dg_ptr, dg_dir, w_ptr, w_dir,
@@ -390,11 +399,7 @@ if triton is not None:
         j = tl.arange(0, BLOCK_H)
         k = tl.arange(0, BLOCK_K)
         for step in range(steps):
-            t = steps - 1 - step
-            here = tl.load(step_ptr + 1 + t) + rows
-            live = rows < tl.load(step_ptr + 1 + steps + t)
-            before = tl.load(step_ptr + t) + rows
-            has_prev = live & (here != before)
+            here, live, before, has_prev = _step_rows(step_ptr, steps, steps - 1 - step, rows)
             # the master gates (Eq. 8, 9) from the saved softmax, a tile at a time
             carry_f = tl.zeros((BLOCK_B,), tl.float32)
             carry_i = tl.zeros((BLOCK_B,), tl.float32)
@@ -498,10 +503,7 @@ if triton is not None:
                                  mask=has_prev[:, None] & (column < G)[None, :], other=0.0)
                     w_t = tl.load(w_ptr + unit[None, :] * G + column[:, None],
                                   mask=(column < G)[:, None] & unit_mask[None, :], other=0.0)
-                    if PRECISION == "float32":
-                        acc += tl.dot(dg.to(tl.float32), w_t.to(tl.float32), input_precision="ieee")
-                    else:
-                        acc += tl.dot(dg, w_t, input_precision=PRECISION)
+                    acc += _dot(dg, w_t, PRECISION)
                 tl.store(rec_ptr + unit[None, :], acc, mask=live[:, None] & unit_mask[None, :])
             tl.debug_barrier()  # the next (earlier) step reads it
 
@@ -539,6 +541,28 @@ def onlstm_forward(
     return out, acts, cells
 
 
+PERSISTENT_ROWS = 16  # rows a persistent program takes (tl.dot's smallest tile)
+
+
+def _tile(n: int, limit: int) -> int:
+    """A tile of ``n`` (a power of two), at most ``limit`` and at least 16, as ``tl.dot`` needs."""
+    return max(16, min(limit, _block(n)))
+
+
+def _gate_gradient_buffer(acts: Tensor, hs: Tensor) -> Tensor:
+    """Where the backward writes the gate gradients: over the saved gates when
+    the dtypes agree."""
+    return acts if acts.dtype == hs.dtype else torch.empty(acts.shape, dtype=hs.dtype, device=hs.device)
+
+
+def _weight_gradient(grad_xg: Tensor, acts: Tensor, hs: Tensor, w_hh: Tensor, batch_sizes: List[int]) -> Tensor:
+    """The recurrent weight's gradient after the backward's loop; if the loop
+    wrote over the saved gates, a second backward is refused."""
+    if grad_xg is acts:
+        torch.autograd.graph.increment_version(acts)
+    return recurrent_weight_grad(hs, grad_xg.unbind(0), w_hh, batch_sizes)
+
+
 def _step_table(batch_sizes: List[int], device: torch.device) -> Tensor:
     """The persistent kernels' step table (int32): a zero, each step's first
     packed row (so entry ``t`` is step ``t - 1``'s, the zero step 0's own),
@@ -566,18 +590,17 @@ def onlstm_forward_persistent(
     cells, out = state_buffers(xs, batch_sizes, hidden, save)
     if len(batch_sizes) == 0:
         return out, acts, cells
-    block_b = 16
     n_chunk = hidden // chunk_size
     steps = _step_table(batch_sizes, xs.device)
-    blocks = triton.cdiv(batch_sizes[0], block_b)
-    masters = torch.empty(num_dir, blocks * block_b, 2, n_chunk, dtype=torch.float32, device=xs.device)
+    blocks = triton.cdiv(batch_sizes[0], PERSISTENT_ROWS)
+    masters = torch.empty(num_dir, blocks * PERSISTENT_ROWS, 2, n_chunk, dtype=torch.float32, device=xs.device)
     w_hh = w_hh.contiguous()
     act = acts if save else xg
     _recurrence_forward[(blocks, num_dir)](
         xg, xg.stride(0), w_hh, w_hh.stride(0), act, act.stride(0), cells, cells.stride(0), out, out.stride(0),
         masters, steps, len(batch_sizes),
-        HIDDEN=hidden, N_CHUNK=n_chunk, CHUNK=chunk_size, BLOCK_M=max(16, min(block_h, _block(n_chunk))),
-        BLOCK_B=block_b, BLOCK_H=max(16, min(block_h, _block(hidden))), BLOCK_K=max(16, min(block_k, _block(hidden))),
+        HIDDEN=hidden, N_CHUNK=n_chunk, CHUNK=chunk_size, BLOCK_M=_tile(n_chunk, block_h),
+        BLOCK_B=PERSISTENT_ROWS, BLOCK_H=_tile(hidden, block_h), BLOCK_K=_tile(hidden, block_k),
         SAVE=save, PRECISION=_dot_precision(xs.dtype),
     )
     return out, acts, cells
@@ -590,15 +613,14 @@ def onlstm_backward_persistent(
     """:func:`onlstm_backward`'s arguments and results, every step in one launch
     (:func:`_recurrence_backward`)."""
     num_dir = acts.size(0)
-    grad_xg = acts if acts.dtype == hs.dtype else torch.empty(acts.shape, dtype=hs.dtype, device=hs.device)
+    grad_xg = _gate_gradient_buffer(acts, hs)
     if len(batch_sizes) == 0:
         return grad_xg, torch.zeros_like(w_hh)
-    block_b = 16
     n_chunk = hidden // chunk_size
     steps = _step_table(batch_sizes, hs.device)
-    blocks = triton.cdiv(batch_sizes[0], block_b)
+    blocks = triton.cdiv(batch_sizes[0], PERSISTENT_ROWS)
     dc, rec, sums, masters = (
-        make(num_dir, blocks * block_b, width, dtype=torch.float32, device=hs.device)
+        make(num_dir, blocks * PERSISTENT_ROWS, width, dtype=torch.float32, device=hs.device)
         for make, width in ((torch.zeros, hidden), (torch.zeros, hidden), (torch.empty, 2 * hidden),
                             (torch.empty, 2 * n_chunk))
     )
@@ -609,13 +631,10 @@ def onlstm_backward_persistent(
         steps, len(batch_sizes),
         HIDDEN=hidden, N_CHUNK=n_chunk, CHUNK=chunk_size,
         BLOCK_M=max(2, min(block_h, _block(n_chunk), 512 // _block(chunk_size))),  # chunk sums: <= 512 units a tile
-        BLOCK_C=_block(chunk_size), BLOCK_B=block_b, BLOCK_H=max(16, min(block_h, _block(hidden))),
-        BLOCK_K=max(16, min(block_k, _block(4 * hidden + 2 * n_chunk))),
-        PRECISION=_dot_precision(hs.dtype),
+        BLOCK_C=_block(chunk_size), BLOCK_B=PERSISTENT_ROWS, BLOCK_H=_tile(hidden, block_h),
+        BLOCK_K=_tile(4 * hidden + 2 * n_chunk, block_k), PRECISION=_dot_precision(hs.dtype),
     )
-    if grad_xg is acts:  # the kernel wrote over the saved gates: a second backward must be refused
-        torch.autograd.graph.increment_version(acts)
-    return grad_xg, recurrent_weight_grad(hs, grad_xg.unbind(0), w_hh, batch_sizes)
+    return grad_xg, _weight_gradient(grad_xg, acts, hs, w_hh, batch_sizes)
 
 
 def onlstm_backward(
@@ -626,7 +645,7 @@ def onlstm_backward(
     kernel and one matmul per step."""
     num_dir = acts.size(0)
     steps = len(batch_sizes)
-    grad_xg = acts if acts.dtype == hs.dtype else torch.empty(acts.shape, dtype=hs.dtype, device=hs.device)
+    grad_xg = _gate_gradient_buffer(acts, hs)
     if steps == 0:
         return grad_xg, torch.zeros_like(w_hh)
     w_t = w_hh.transpose(1, 2).contiguous()  # [D, G, hidden]
@@ -645,6 +664,4 @@ def onlstm_backward(
         )
         if t > 0:
             rec = torch.bmm(grad_xg[:, start : start + n], w_t)  # [D, n, hidden]: dh from step t into t - 1
-    if grad_xg is acts:  # the kernels wrote over the saved gates: a second backward must be refused
-        torch.autograd.graph.increment_version(acts)
-    return grad_xg, recurrent_weight_grad(hs, grad_xg.unbind(0), w_hh, batch_sizes)
+    return grad_xg, _weight_gradient(grad_xg, acts, hs, w_hh, batch_sizes)
