@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Checks that need a CUDA GPU, in one go:
 #
-#   bash scripts/gpu_check.sh [OUT_DIR] [STEPS]   # OUT_DIR: gpu-check; STEPS: "tests bench recurrent" (or profile)
+#   bash scripts/gpu_check.sh [OUT_DIR] [STEPS]   # OUT_DIR: gpu-check; STEPS: "tests bench recurrent" (or kernels, profile)
 #
+# kernels    only the Triton kernels' tests, compiled (tests/test_onlstm_triton.py,
+#            tests/test_relative_flash.py, tests/test_convolved_kernel.py):
+#            test_kernels.log; "tests" includes them.  KERNEL_TESTS names other files.
 # tests      tests/test_cuda.py: every benchmark architecture on the GPU against
 #            the CPU (float32), in float16 and under fp16 autocast, the
 #            fused-kernel counts, the ON-LSTM recurrence, fairseq-train /
@@ -21,13 +24,14 @@
 #            onlstm-san-persistent), in fp16 and bf16,
 #            at the defaults (B=32, T=64) and at --batch 64 --length 64 (about
 #            4,096 tokens a batch): bench_{fp16,bf16}_b{32,64}.{txt,json}.
-#            BENCH_CONFIGS picks them (default "fp16:32 fp16:64 bf16:32 bf16:64").
+#            BENCH_CONFIGS picks them (default "fp16:32 fp16:64 bf16:32 bf16:64"),
+#            BENCH_ROWS the rows (comma-separated labels; default every row).
 #            If a row fails (a Triton kernel that does not compile on this card),
 #            the others are measured again without conv2d-triton and onlstm-san-persistent.
 # recurrent  fairseq-posattn-bench-recurrent --device cuda --repeats 20 in
 #            float32, fp16 and bf16 (the ON-LSTM layer, per-step and persistent
 #            kernels, against cuDNN's LSTM):
-#            bench_recurrent_{fp32,fp16,bf16}.{txt,json}.
+#            bench_recurrent_{fp32,fp16,bf16}.{txt,json}; RECURRENT_PRECISIONS picks them.
 # profile    fairseq-posattn-bench --device cuda --fp16 --profile ROW for the rows
 #            above their targets (temp, bilan, conv1d, conv2d, shaw, struct,
 #            onlstm-san, stock-deep): where an update's time goes, on the CPU
@@ -48,7 +52,7 @@ cd "$REPO"
 export PYTHONUNBUFFERED=1
 
 for step in $STEPS; do
-    case "$step" in tests|bench|recurrent|profile) ;; *) echo "gpu_check.sh: unknown step '$step' (tests, bench, recurrent, profile)" >&2; exit 2 ;; esac
+    case "$step" in tests|kernels|bench|recurrent|profile) ;; *) echo "gpu_check.sh: unknown step '$step' (tests, kernels, bench, recurrent, profile)" >&2; exit 2 ;; esac
 done
 
 "$PYTHON" - <<'PY' | tee "$OUT/gpu.txt"
@@ -75,8 +79,14 @@ for step in $STEPS; do
             "tests/test_standard_flags.py::test_quant_noise_changes_recurrent_outputs_in_training_only" \
             2>&1 | tee "$OUT/test_cuda.log" || status=1
         ;;
+    kernels)
+        # shellcheck disable=SC2086  # a list of files
+        "$PYTHON" -m pytest -q -p no:cacheprovider \
+            ${KERNEL_TESTS:-tests/test_onlstm_triton.py tests/test_relative_flash.py tests/test_convolved_kernel.py} \
+            2>&1 | tee "$OUT/test_kernels.log" || status=1
+        ;;
     bench)
-        rows="$("$PYTHON" -c 'from fairseq_posattn.bench.models import ROWS; print(",".join(r.label for r in ROWS))')"
+        rows="${BENCH_ROWS:-$("$PYTHON" -c 'from fairseq_posattn.bench.models import ROWS; print(",".join(r.label for r in ROWS))')}"
         for config in ${BENCH_CONFIGS:-fp16:32 fp16:64 bf16:32 bf16:64}; do
             precision="${config%:*}" batch="${config#*:}"
             name="bench_${precision}_b$batch"
@@ -90,7 +100,7 @@ for step in $STEPS; do
         done
         ;;
     recurrent)
-        for precision in fp32 fp16 bf16; do
+        for precision in ${RECURRENT_PRECISIONS:-fp32 fp16 bf16}; do
             flags=(--device cuda --repeats 20 --json "$OUT/bench_recurrent_$precision.json")
             [[ "$precision" != fp32 ]] && flags+=(--"$precision")
             "$PYTHON" -m fairseq_posattn.bench.recurrent "${flags[@]}" 2>&1 | tee "$OUT/bench_recurrent_$precision.txt" \
