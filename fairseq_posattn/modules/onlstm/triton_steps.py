@@ -122,6 +122,15 @@ if triton is not None:
         return p * (dp - tl.sum(p * dp, 0))
 
     @triton.jit
+    def _carried_cumsum(carry, x, BLOCK: tl.constexpr):
+        """``carry + cumsum(x)`` along each row of a ``[rows, BLOCK]`` tile, and
+        the carry for the next tile: that sum's last column (not ``tl.sum(x)``,
+        which Triton 3.5-3.6 miscompiles where ``x`` is a load: a loop-carried
+        sum of a loaded tile that the loop also reads fails its thread-locality pass)."""
+        cum = carry[:, None] + tl.cumsum(x, 1)
+        return cum, tl.sum(tl.where(tl.arange(0, BLOCK)[None, :] == BLOCK - 1, cum, 0.0), 1)
+
+    @triton.jit
     def _running_max_sum(run_max, run_sum, z, valid):
         """Fold a tile of master pre-activations ``[rows, units]`` into each row's
         running maximum and sum of ``exp(z - maximum)``: a softmax over tiles."""
@@ -324,11 +333,10 @@ if triton is not None:
                 zi = tl.load(masters + N_CHUNK + unit[None, :], mask=mask, other=0.0)
                 pf = tl.where(valid[None, :], tl.exp(zf - max_f[:, None]), 0.0) / sum_f[:, None]
                 pi = tl.where(valid[None, :], tl.exp(zi - max_i[:, None]), 0.0) / sum_i[:, None]
-                tl.store(masters + unit[None, :], carry_f[:, None] + tl.cumsum(pf, 1), mask=mask)  # Eq. 8
-                tl.store(masters + N_CHUNK + unit[None, :], 1.0 - carry_i[:, None] - tl.cumsum(pi, 1),
-                         mask=mask)  # Eq. 9
-                carry_f += tl.sum(pf, 1)
-                carry_i += tl.sum(pi, 1)
+                cum_f, carry_f = _carried_cumsum(carry_f, pf, BLOCK_M)
+                cum_i, carry_i = _carried_cumsum(carry_i, pi, BLOCK_M)
+                tl.store(masters + unit[None, :], cum_f, mask=mask)  # Eq. 8
+                tl.store(masters + N_CHUNK + unit[None, :], 1.0 - cum_i, mask=mask)  # Eq. 9
                 if SAVE:
                     tl.store(act_ptr + here[:, None] * G + 4 * HIDDEN + unit[None, :], pf, mask=mask)
                     tl.store(act_ptr + here[:, None] * G + 4 * HIDDEN + N_CHUNK + unit[None, :], pi, mask=mask)
@@ -408,10 +416,10 @@ if triton is not None:
                 mask = live[:, None] & (unit < N_CHUNK)[None, :]
                 pf = tl.load(act_ptr + here[:, None] * G + 4 * HIDDEN + unit[None, :], mask=mask, other=0.0)
                 pi = tl.load(act_ptr + here[:, None] * G + 4 * HIDDEN + N_CHUNK + unit[None, :], mask=mask, other=0.0)
-                tl.store(masters + unit[None, :], carry_f[:, None] + tl.cumsum(pf, 1), mask=mask)
-                tl.store(masters + N_CHUNK + unit[None, :], 1.0 - carry_i[:, None] - tl.cumsum(pi, 1), mask=mask)
-                carry_f += tl.sum(pf, 1)
-                carry_i += tl.sum(pi, 1)
+                cum_f, carry_f = _carried_cumsum(carry_f, pf, BLOCK_M)
+                cum_i, carry_i = _carried_cumsum(carry_i, pi, BLOCK_M)
+                tl.store(masters + unit[None, :], cum_f, mask=mask)
+                tl.store(masters + N_CHUNK + unit[None, :], 1.0 - cum_i, mask=mask)
             tl.debug_barrier()
             for j0 in range(0, HIDDEN, BLOCK_H):
                 unit = j0 + j
@@ -469,10 +477,10 @@ if triton is not None:
                 mask = live[:, None] & (unit < N_CHUNK)[None, :]
                 d_cmf = tl.load(masters + unit[None, :], mask=mask, other=0.0)
                 d_cmi = tl.load(masters + N_CHUNK + unit[None, :], mask=mask, other=0.0)
-                dpf = (total_f - carry_f)[:, None] - tl.cumsum(d_cmf, 1) + d_cmf
-                dpi = (total_i - carry_i)[:, None] - tl.cumsum(d_cmi, 1) + d_cmi
-                carry_f += tl.sum(d_cmf, 1)
-                carry_i += tl.sum(d_cmi, 1)
+                cum_f, carry_f = _carried_cumsum(carry_f, d_cmf, BLOCK_M)
+                cum_i, carry_i = _carried_cumsum(carry_i, d_cmi, BLOCK_M)
+                dpf = total_f[:, None] - cum_f + d_cmf
+                dpi = total_i[:, None] - cum_i + d_cmi
                 pf = tl.load(act_ptr + here[:, None] * G + 4 * HIDDEN + unit[None, :], mask=mask, other=0.0)
                 pi = tl.load(act_ptr + here[:, None] * G + 4 * HIDDEN + N_CHUNK + unit[None, :], mask=mask, other=0.0)
                 p_dp_f += tl.sum(pf * dpf, 1)
