@@ -31,7 +31,8 @@
 # recurrent  fairseq-posattn-bench-recurrent --device cuda --repeats 20 in
 #            float32, fp16 and bf16 (the ON-LSTM layer, per-step and persistent
 #            kernels, against cuDNN's LSTM):
-#            bench_recurrent_{fp32,fp16,bf16}.{txt,json}; RECURRENT_PRECISIONS picks them.
+#            bench_recurrent_{fp32,fp16,bf16}.{txt,json}; RECURRENT_PRECISIONS picks them,
+#            RECURRENT_TILES (e.g. "64x64,32x64") adds the kernels alone per tile (--tiles).
 # profile    fairseq-posattn-bench --device cuda --fp16 --profile ROW for the rows
 #            above their targets (temp, bilan, conv1d, conv2d, shaw, struct,
 #            onlstm-san, stock-deep): where an update's time goes, on the CPU
@@ -103,6 +104,7 @@ for step in $STEPS; do
         for precision in ${RECURRENT_PRECISIONS:-fp32 fp16 bf16}; do
             flags=(--device cuda --repeats 20 --json "$OUT/bench_recurrent_$precision.json")
             [[ "$precision" != fp32 ]] && flags+=(--"$precision")
+            [[ -n "${RECURRENT_TILES:-}" ]] && flags+=(--tiles "$RECURRENT_TILES")
             "$PYTHON" -m fairseq_posattn.bench.recurrent "${flags[@]}" 2>&1 | tee "$OUT/bench_recurrent_$precision.txt" \
                 || status=1
         done
