@@ -165,18 +165,3 @@ def test_checkpoint_bench_times_verifying_and_loading_round_by_round(tmp_path):
     times = checkpoint_bench.time_rounds(str(path), 3)
     assert set(times) == {"verify", "torch.load"}
     assert all(len(clocks[clock]) == 3 for clocks in times.values() for clock in ("wall", "cpu"))
-
-
-def test_recurrent_bench_times_the_kernels_alone_per_tile(capsys):
-    if recurrent.triton_steps.triton is None:
-        pytest.skip("needs triton")
-    result = recurrent.main(["--dim", "16", "--seq-len", "3", "--batch", "2", "--repeats", "1",
-                             "--warmup", "0", "--tiles", "16x16,32x16"])
-    labels = [r["label"] for r in result["kernels_alone"]]
-    assert labels == ["per step", "persistent 16x16", "persistent 32x16"]
-    assert all(r["train_ms"] > 0 and r["infer_ms"] > 0 for r in result["kernels_alone"])
-    assert "persistent 32x16" in capsys.readouterr().out
-    with pytest.raises(SystemExit, match="at least 16"):
-        recurrent.parse_tiles("8x16")
-    with pytest.raises(SystemExit, match="is not HxK"):
-        recurrent.parse_tiles("64")

@@ -355,16 +355,15 @@ def test_reversal_index():
     assert torch.equal(torch.gather(idx, 0, idx), torch.arange(4).unsqueeze(1).expand(4, 3))
 
 
-@pytest.mark.parametrize("kernel", ["cpu", "triton", "persistent"])
+@pytest.mark.parametrize("kernel", ["cpu", "triton"])
 def test_second_backward_through_the_layer_is_refused(kernel):
     """The fast paths write the gate gradients over the saved gates (behind
     autograd's back, then bump the version): a second backward through the
     same graph must fail, not read them."""
     if kernels.unavailable(kernel):
         pytest.skip(kernels.unavailable(kernel))
-    on_triton = kernel in ("triton", "persistent")
-    device = "cuda" if on_triton and torch.cuda.is_available() else "cpu"
-    if device == "cpu" and on_triton and os.environ.get("TRITON_INTERPRET") != "1":
+    device = "cuda" if kernel == "triton" and torch.cuda.is_available() else "cpu"
+    if device == "cpu" and kernel == "triton" and os.environ.get("TRITON_INTERPRET") != "1":
         pytest.skip("no GPU and Triton's interpreter is off")
     layer = RecurrentLayer(D_MODEL, "onlstm", hidden_dim=HIDDEN, kernel=kernel).to(device)
     x, lengths = _padded_batch([3, 2], D_MODEL, dtype=torch.float32)
@@ -394,9 +393,8 @@ def test_an_explicit_kernel_that_cannot_run_is_refused_at_build(monkeypatch):
     with pytest.raises(ValueError, match="--encoder-recurrent-kernel apply to --encoder-recurrent-cell onlstm"):
         RecurrentLayer(D_MODEL, "lstm", kernel="reference")
     monkeypatch.setattr(triton_steps, "triton", None)
-    for kernel in ("triton", "persistent"):
-        with pytest.raises(ValueError, match=f"--encoder-recurrent-kernel {kernel}: it needs the triton package"):
-            ONLSTM(D_MODEL, HIDDEN, kernel=kernel)
+    with pytest.raises(ValueError, match="--encoder-recurrent-kernel triton: it needs the triton package"):
+        ONLSTM(D_MODEL, HIDDEN, kernel="triton")
     monkeypatch.setattr(cpu_cell, "_loaded", {"reason": "the C++ cell is not built: run fairseq-posattn-build-cell"})
     with pytest.raises(ValueError, match="--encoder-recurrent-kernel cpu: the C\\+\\+ cell is not built"):
         ONLSTM(D_MODEL, HIDDEN, kernel="cpu")

@@ -105,9 +105,6 @@ ROWS = [
              by_default=False),
     BenchRow("conv2d-triton", "transformer_posattn_conv2d", ["--encoder-attention-kernel", "triton"],
              by_default=False),
-    # the hybrid with its recurrence in one launch per layer (CUDA), against the per-step kernels
-    BenchRow("onlstm-san-persistent", "onlstm_san_transformer", ["--encoder-recurrent-kernel", "persistent"],
-             recurrent=True, baseline="onlstm-san", by_default=False),
 ]
 
 
@@ -435,14 +432,10 @@ def format_table(report: dict) -> str:
                if decode else "")
             + f"{peak}  {r['baseline']}"
         )
-    used = []
-    for r in report["rows"]:
-        counts = sorted(r.get("sdpa_backends_in_training", {}).items())
-        if counts:
-            used.append(f"{r['label']} " + "+".join(f"{n}x{backend}" for backend, n in counts))
+    used = [f"{r['label']} " + "+".join(f"{n}x{name}" for name, n in sorted(r["sdpa_backends_in_training"].items()))
+            for r in report["rows"] if r.get("sdpa_backends_in_training")]
     if used:
-        lines.append("scaled_dot_product_attention's backend in a training update (calls x backend): "
-                     + "; ".join(used))
+        lines.append("scaled_dot_product_attention's backend in a training update (calls x backend): " + "; ".join(used))
     return "\n".join(lines)
 
 

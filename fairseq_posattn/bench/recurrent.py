@@ -5,7 +5,6 @@
     fairseq-posattn-bench-recurrent --threads 1 --repeats 11
     fairseq-posattn-bench-recurrent --min-length 32  # padded batches, lengths 32..64
     fairseq-posattn-bench-recurrent --device cuda --bf16   # or --fp16: every row in half precision
-    fairseq-posattn-bench-recurrent --device cuda --fp16 --tiles 64x64,32x64   # + the kernels alone, per tile
 
 Rows, all bidirectional with hidden = d per direction:
 
@@ -18,16 +17,8 @@ Rows, all bidirectional with hidden = d per direction:
 * ``ON-LSTM layer``: :class:`RecurrentLayer` with ``cell="onlstm"`` (on
   CUDA with Triton: one fused kernel per time step; on the CPU in float32:
   the loop over the time steps in C++);
-* ``ON-LSTM, persistent``: on CUDA, the same layer with every step in one
-  launch, forward and backward (``kernel="persistent"``);
 * ``ON-LSTM, reference``: the same layer on the reference
   (``kernel="reference"``, autograd's backward), where a fast path applies, for comparison.
-
-With ``--tiles HxK,...`` the run also times the recurrence's kernels alone
-on one full batch (no layer around them): the per-step kernels, and the
-persistent ones for each tile of ``H`` units and matmul depth ``K``
-(``block_h``, ``block_k``), for training (forward that keeps the gates, and
-backward) and inference (forward).
 
 With ``--min-length L`` the two layer rows get a padded batch, sentence
 lengths uniform in ``[L, T]`` (the first ``T``), as ``fairseq-posattn-bench``
@@ -52,12 +43,12 @@ import argparse
 import json
 import statistics
 import time
-from typing import List, Optional, Sequence, Tuple
+from typing import Optional, Sequence
 
 import torch
 
 from fairseq_posattn.bench.timing import ratio_range, synchronize
-from fairseq_posattn.modules.onlstm import kernels, triton_steps
+from fairseq_posattn.modules.onlstm import kernels
 from fairseq_posattn.modules.recurrent import RecurrentLayer
 
 
@@ -78,8 +69,6 @@ def get_parser():
                            default=torch.float32, help="every row's weights and inputs in float16")
     precision.add_argument("--bf16", dest="dtype", action="store_const", const=torch.bfloat16,
                            help="every row's weights and inputs in bfloat16")
-    p.add_argument("--tiles", default="", metavar="HxK,...",
-                   help="also time the ON-LSTM's Triton kernels alone: per step, and persistent with these tiles")
     p.add_argument("--profile", action="store_true",
                    help="print torch.profiler's forward/backward split and top ops of the ON-LSTM layer")
     p.add_argument("--json", default=None, help="also write the results here")
@@ -108,72 +97,12 @@ def build(args):
         "nn.LSTM": (lstm, lambda: lstm(x)[0]),
     }
     layers = [("LSTM layer", "lstm", "auto"), ("ON-LSTM layer", "onlstm", "auto")]
-    fast = kernels.choose("auto", x.device, x.dtype)
-    if fast == "triton":
-        layers.append(("ON-LSTM, persistent", "onlstm", "persistent"))
-    if fast != "reference":
+    if kernels.choose("auto", x.device, x.dtype) != "reference":
         layers.append(("ON-LSTM, reference", "onlstm", "reference"))
     for label, cell, kernel in layers:
         layer = RecurrentLayer(d, cell, kernel=kernel).to(args.device, args.dtype)
         rows[label] = (layer, (lambda layer=layer: layer(x, lengths)))
     return x, rows
-
-
-def parse_tiles(text: str) -> List[Tuple[int, int]]:
-    """``"64x64,32x64"`` -> ``[(64, 64), (32, 64)]`` (each at least 16, as ``tl.dot`` needs)."""
-    tiles = []
-    for item in filter(None, text.split(",")):
-        try:
-            block_h, block_k = (int(v) for v in item.split("x"))
-        except ValueError:
-            raise SystemExit(f"--tiles: {item!r} is not HxK (for example 64x64)") from None
-        if min(block_h, block_k) < 16:
-            raise SystemExit(f"--tiles: {item!r}: each side must be at least 16")
-        tiles.append((block_h, block_k))
-    return tiles
-
-
-def kernel_times(args, tiles: List[Tuple[int, int]]) -> List[dict]:
-    """The ON-LSTM's Triton kernels alone on one full batch (both directions,
-    hidden = d, chunk size 1, as the layer rows): per step, then persistent
-    per tile; median training (forward keeping the gates + backward) and
-    inference (forward) milliseconds."""
-    if triton_steps.triton is None:
-        raise SystemExit("--tiles: the kernels need the triton package (pip install triton)")
-    torch.manual_seed(0)
-    d, t, b = args.dim, args.seq_len, args.batch
-    g = 6 * d
-    device, dtype = torch.device(args.device), args.dtype
-    xs = torch.randn(2, t * b, d, device=device, dtype=dtype)
-    w_ih, w_hh = ((torch.randn(2, d, g, device=device) / d ** 0.5).to(dtype) for _ in range(2))
-    bias = torch.zeros(2, 1, g, device=device, dtype=dtype)
-    grad = torch.randn(2, t * b + 1, d, device=device, dtype=dtype)
-    batch_sizes = [b] * t
-    kinds = [("per step", triton_steps.onlstm_forward, triton_steps.onlstm_backward, {})]
-    kinds += [("persistent %dx%d" % tile, triton_steps.onlstm_forward_persistent,
-               triton_steps.onlstm_backward_persistent, dict(block_h=tile[0], block_k=tile[1])) for tile in tiles]
-    rows = []
-    for label, forward, backward, tile in kinds:
-        def train():
-            hs, acts, cells = forward(xs, w_ih, bias, w_hh, batch_sizes, d, 1, True, **tile)
-            backward(grad, w_hh, hs, acts, cells, batch_sizes, d, 1, **tile)
-
-        def infer():
-            forward(xs, w_ih, bias, w_hh, batch_sizes, d, 1, False, **tile)
-
-        times = {}
-        for name, step in (("train", train), ("infer", infer)):
-            runs = []
-            for repeat in range(args.warmup + args.repeats):
-                synchronize(device)
-                start = time.perf_counter()
-                step()
-                synchronize(device)
-                if repeat >= args.warmup:
-                    runs.append(time.perf_counter() - start)
-            times[name] = 1e3 * statistics.median(runs)
-        rows.append({"label": label, "train_ms": times["train"], "infer_ms": times["infer"]})
-    return rows
 
 
 def train_step(x, module, fn):
@@ -225,8 +154,6 @@ def run(args):
         })
     if x.is_cuda:
         result["lstm_kernels"] = lstm_kernels(x, *rows["nn.LSTM"])
-    if args.tiles:
-        result["kernels_alone"] = kernel_times(args, parse_tiles(args.tiles))
     return result
 
 
@@ -288,10 +215,6 @@ def main(argv=None):
             r["infer_ms"], r["infer_ratio"], *r["infer_ratio_range"]))
     if "lstm_kernels" in result:
         print("nn.LSTM's GPU kernels in one training step, most time first:", "; ".join(result["lstm_kernels"]))
-    if "kernels_alone" in result:
-        print("the ON-LSTM's kernels alone, one full batch, ms (train: forward keeping the gates + backward; infer: "
-              "forward):", "; ".join("%s %.2f / %.2f" % (r["label"], r["train_ms"], r["infer_ms"])
-                                     for r in result["kernels_alone"]))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
