@@ -20,16 +20,18 @@
 #            recurrent layers (about 4 minutes on an H200).
 # bench      fairseq-posattn-bench --device cuda --no-decode --repeats 20, every
 #            row and the kernel comparisons (P-sdpa, R-sdpa, bilan-sdpa,
-#            shawkeys-sdpa, shaw-explicit, struct-explicit, conv2d-triton), in
-#            fp16 and bf16,
+#            shawkeys-sdpa, shaw-explicit, struct-explicit, conv2d-triton,
+#            onlstm-san-persistent), in fp16 and bf16,
 #            at the defaults (B=32, T=64) and at --batch 64 --length 64 (about
 #            4,096 tokens a batch): bench_{fp16,bf16}_b{32,64}.{txt,json}.
 #            BENCH_CONFIGS picks them (default "fp16:32 fp16:64 bf16:32 bf16:64"),
 #            BENCH_ROWS the rows (comma-separated labels; default every row).
 #            If a row fails (a Triton kernel that does not compile on this card),
-#            the others are measured again without conv2d-triton.
+#            the others are measured again without the Triton rows (conv2d-triton,
+#            onlstm-san-persistent).
 # recurrent  fairseq-posattn-bench-recurrent --device cuda --repeats 20 in
-#            float32, fp16 and bf16 (the ON-LSTM layer against cuDNN's LSTM):
+#            float32, fp16 and bf16 (the ON-LSTM layer, per-step and persistent
+#            kernels, against cuDNN's LSTM):
 #            bench_recurrent_{fp32,fp16,bf16}.{txt,json}; RECURRENT_PRECISIONS picks them.
 # profile    fairseq-posattn-bench --device cuda --fp16 --profile ROW for the rows
 #            above their targets (temp, bilan, conv1d, conv2d, shaw, struct,
@@ -92,7 +94,8 @@ for step in $STEPS; do
             flags=(--device cuda --"$precision" --batch "$batch" --length 64 --no-decode --repeats 20 --json "$OUT/$name.json")
             if ! "$PYTHON" -m fairseq_posattn.bench.models "${flags[@]}" --rows "$rows" 2>&1 | tee "$OUT/$name.txt"; then
                 status=1  # most likely a Triton kernel that does not compile here: the other rows still get measured
-                "$PYTHON" -m fairseq_posattn.bench.models "${flags[@]}" --rows "${rows//,conv2d-triton/}" \
+                fallback="${rows//,conv2d-triton/}"
+                "$PYTHON" -m fairseq_posattn.bench.models "${flags[@]}" --rows "${fallback//,onlstm-san-persistent/}" \
                     | tee -a "$OUT/$name.txt"
             fi
         done

@@ -105,6 +105,9 @@ ROWS = [
              by_default=False),
     BenchRow("conv2d-triton", "transformer_posattn_conv2d", ["--encoder-attention-kernel", "triton"],
              by_default=False),
+    # the hybrid with its recurrence in one launch per layer (CUDA), against the per-step kernels
+    BenchRow("onlstm-san-persistent", "onlstm_san_transformer", ["--encoder-recurrent-kernel", "persistent"],
+             recurrent=True, baseline="onlstm-san", by_default=False),
 ]
 
 

@@ -17,6 +17,8 @@ Rows, all bidirectional with hidden = d per direction:
 * ``ON-LSTM layer``: :class:`RecurrentLayer` with ``cell="onlstm"`` (on
   CUDA with Triton: one fused kernel per time step; on the CPU in float32:
   the loop over the time steps in C++);
+* ``ON-LSTM, persistent``: on CUDA, the same layer with every step in one
+  launch, forward and backward (``kernel="persistent"``);
 * ``ON-LSTM, reference``: the same layer on the reference
   (``kernel="reference"``, autograd's backward), where a fast path applies, for comparison.
 
@@ -97,6 +99,8 @@ def build(args):
         "nn.LSTM": (lstm, lambda: lstm(x)[0]),
     }
     layers = [("LSTM layer", "lstm", "auto"), ("ON-LSTM layer", "onlstm", "auto")]
+    if kernels.choose("auto", x.device, x.dtype) == "triton":
+        layers.append(("ON-LSTM, persistent", "onlstm", "persistent"))
     if kernels.choose("auto", x.device, x.dtype) != "reference":
         layers.append(("ON-LSTM, reference", "onlstm", "reference"))
     for label, cell, kernel in layers:

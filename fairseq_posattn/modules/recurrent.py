@@ -22,7 +22,11 @@ __all__ = ["ONLSTM", "RecurrentLayer"]
 
 logger = logging.getLogger(__name__)
 
-_FAST = {"cpu": cpu_cell, "triton": triton_steps}
+_FAST = {  # each fast path's forward and hand-written backward
+    "cpu": (cpu_cell.onlstm_forward, cpu_cell.onlstm_backward),
+    "triton": (triton_steps.onlstm_forward, triton_steps.onlstm_backward),
+    "persistent": (triton_steps.onlstm_forward_persistent, triton_steps.onlstm_backward_persistent),
+}
 _compiled: dict = {}
 
 
@@ -43,8 +47,7 @@ class _FastONLSTM(torch.autograd.Function):
     def forward(ctx, xs: Tensor, w_ih: Tensor, bias: Tensor, w_hh: Tensor, batch_sizes: List[int],
                 hidden: int, chunk_size: int, save: bool, kernel: str) -> Tensor:
         # ``save`` comes from the caller: grad mode is always off in here
-        hs, acts, cells = _FAST[kernel].onlstm_forward(xs, w_ih, bias, w_hh, batch_sizes, hidden, chunk_size,
-                                                       save)
+        hs, acts, cells = _FAST[kernel][0](xs, w_ih, bias, w_hh, batch_sizes, hidden, chunk_size, save)
         if save:
             ctx.per_direction = isinstance(acts, list)
             ctx.save_for_backward(xs, w_ih, w_hh, hs, cells, *(acts if ctx.per_direction else [acts]))
@@ -56,7 +59,7 @@ class _FastONLSTM(torch.autograd.Function):
     def backward(ctx, grad_hs: Tensor):
         xs, w_ih, w_hh, hs, cells, *acts = ctx.saved_tensors
         acts = acts if ctx.per_direction else acts[0]
-        grad_xg, grad_w_hh = _FAST[ctx.kernel].onlstm_backward(
+        grad_xg, grad_w_hh = _FAST[ctx.kernel][1](
             grad_hs.contiguous(), w_hh, hs, acts, cells, ctx.batch_sizes, ctx.hidden, ctx.chunk_size)
         # grad_xg: one [N, G] per direction (or a [D, N, G] tensor, the same per direction)
         grad_xs = grad_w_ih = grad_bias = None

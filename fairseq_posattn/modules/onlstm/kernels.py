@@ -9,6 +9,10 @@
 * ``reference``: :func:`.reference.onlstm_reference`, autograd's backward;
 * ``cpu``: the C++ cell (:mod:`.cpu_cell`); ``triton``: the fused steps
   (:mod:`.triton_steps`; on the CPU only under ``TRITON_INTERPRET=1``);
+* ``persistent``: on CUDA, every step of a layer in one launch forward and
+  one backward, the recurrent matmul spread over the programs with a barrier
+  between phases (:func:`.triton_steps.onlstm_forward_persistent`); where
+  asked for, until a GPU has measured it against ``triton``;
 * ``compile``: the reference compiled by ``torch.compile`` (recompiled for
   each new batch shape; for ``fairseq-posattn-bench-compile``).
 
@@ -23,7 +27,7 @@ from . import cpu_cell, triton_steps
 
 __all__ = ["KERNELS", "check", "choose", "describe"]
 
-KERNELS = ("auto", "reference", "cpu", "triton", "compile")
+KERNELS = ("auto", "reference", "cpu", "triton", "persistent", "compile")
 
 
 def unavailable(kernel: str) -> Optional[str]:
@@ -32,7 +36,7 @@ def unavailable(kernel: str) -> Optional[str]:
         return f"it is not one of {', '.join(KERNELS)}"
     if kernel == "cpu":
         return cpu_cell.unavailable_reason()
-    if kernel == "triton" and triton_steps.triton is None:
+    if kernel in ("triton", "persistent") and triton_steps.triton is None:
         return "it needs the triton package (pip install triton)"
     return None
 
