@@ -49,7 +49,7 @@ COMPILE = textwrap.dedent('''
                     pointers["rec_ptr"] = "*fp32"  # its scratch
                 constants = {name: value for name, value in dict(
                     shape, HAS_PREV=True, HAS_REC=True, SAVE=True, PROGRAMS=24, BLOCK_P=32, BLOCK_N=128,
-                    BLOCK_H=32, BLOCK_K=64, MATMUL=True, CELL=True, ONE_LAUNCH=True, PRECISION=precision,
+                    BLOCK_H=32, BLOCK_K=64, BLOCK_B=64, MATMUL=True, CELL=True, ONE_LAUNCH=True, PRECISION=precision,
                 ).items() if name in fn.arg_names}
                 compile_for_gpu(fn, pointers, constants)
                 print("compiled", fn.fn.__name__, half, "chunk", chunk)

@@ -81,8 +81,8 @@ def test_the_persistent_forward_spreads_rows_and_columns(dtype, save, chunk):
     from fairseq_posattn.modules.onlstm import triton_steps
 
     args, batch_sizes, hidden, chunk = spread_problem(dtype, chunk)
-    shape = triton_steps._persistent_shape(hidden, chunk, 2, torch.device(DEVICE))
-    assert shape["PROGRAMS"] > 1 and batch_sizes[0] > 16 and hidden > shape["BLOCK_K"]
+    shape = triton_steps._persistent_shape(hidden, chunk, 2, batch_sizes[0], torch.device(DEVICE))
+    assert shape["PROGRAMS"] > 1 and batch_sizes[0] > shape["BLOCK_B"] and hidden > shape["BLOCK_K"]
     steps = triton_steps.onlstm_forward(*args, batch_sizes, hidden, chunk, save)
     launch = triton_steps.onlstm_forward_persistent(*args, batch_sizes, hidden, chunk, save)
     tolerance = {} if dtype == torch.float32 else HALF_ROUNDING
@@ -112,16 +112,17 @@ def test_the_persistent_backward_spreads_rows_and_units(dtype, chunk):
 def test_one_launch_with_one_program_per_direction_is_the_reference(monkeypatch):
     """Every step in one launch, the barriers included: Triton's interpreter
     runs programs one after another, so one program per direction (which the
-    barrier waits for alone); the phase-per-launch tests cover several."""
+    barrier waits for alone; the phase-per-launch tests cover several), with
+    the GPU's larger row tile (partly masked)."""
     from fairseq_posattn.modules.onlstm import triton_steps
 
     shape = triton_steps._persistent_shape
 
-    def one_program(hidden, chunk_size, num_dir, device):
-        tiles = shape(hidden, chunk_size, num_dir, device)
+    def one_program(hidden, chunk_size, num_dir, rows, device):
+        tiles = shape(hidden, chunk_size, num_dir, rows, device)
         gates = 4 * hidden + 2 * (hidden // chunk_size)
         return dict(tiles, PROGRAMS=1, BLOCK_P=2, BLOCK_N=max(16, triton_steps._block(gates)),
-                    BLOCK_H=max(16, triton_steps._block(hidden)), ONE_LAUNCH=True)
+                    BLOCK_H=max(16, triton_steps._block(hidden)), BLOCK_B=32, ONE_LAUNCH=True)
 
     monkeypatch.setattr(triton_steps, "_persistent_shape", one_program)
     assert_kernel_is_the_reference("persistent", [4, 3, 3, 1], 2, True, hidden=8, device=DEVICE)

@@ -256,7 +256,8 @@ if triton is not None:
         x_ptr, x_dir, w_ptr, w_dir, z_ptr, act_ptr, act_dir, c_ptr, c_dir, h_ptr, h_dir,
         step_ptr, steps, flags_ptr, t_first, t_last, rows,
         HIDDEN: tl.constexpr, N_CHUNK: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr,
-        BLOCK_C: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PROGRAMS: tl.constexpr,
+        BLOCK_C: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+        PROGRAMS: tl.constexpr,
         BLOCK_P: tl.constexpr, SAVE: tl.constexpr, MATMUL: tl.constexpr, CELL: tl.constexpr,
         ONE_LAUNCH: tl.constexpr, PRECISION: tl.constexpr,
     ):
@@ -283,14 +284,14 @@ if triton is not None:
         z_ptr += d * rows * G
         flags_ptr += d * (PROGRAMS + 1)
         column = p * BLOCK_N + tl.arange(0, BLOCK_N)
-        r16 = tl.arange(0, 16)
+        block_rows = tl.arange(0, BLOCK_B)
         k = tl.arange(0, BLOCK_K)
         unit, mask, m, valid = _tiles(N_CHUNK, CHUNK, BLOCK_M, BLOCK_C)
         for t in range(t_first, t_last):
             start, n, prev = _step(step_ptr, steps, t)
             if MATMUL:
-                for r0 in range(0, n, 16):
-                    row = r0 + r16
+                for r0 in range(0, n, BLOCK_B):
+                    row = r0 + block_rows
                     tile = (row < n)[:, None] & (column < G)[None, :]
                     acc = tl.load(x_ptr + (start + row)[:, None] * G + column[None, :], mask=tile,
                                   other=0.0).to(tl.float32)
@@ -326,7 +327,8 @@ if triton is not None:
         act_ptr, act_dir, c_ptr, c_dir, gh_ptr, gh_dir, dg_ptr, dg_dir, w_ptr, w_dir, rec_ptr, dc_ptr,
         step_ptr, steps, flags_ptr, t_first, t_last, rows,
         HIDDEN: tl.constexpr, N_CHUNK: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr,
-        BLOCK_C: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr, PROGRAMS: tl.constexpr,
+        BLOCK_C: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr,
+        PROGRAMS: tl.constexpr,
         BLOCK_P: tl.constexpr, MATMUL: tl.constexpr, CELL: tl.constexpr, ONE_LAUNCH: tl.constexpr,
         PRECISION: tl.constexpr,
     ):
@@ -350,7 +352,7 @@ if triton is not None:
         dc_ptr += d * rows * HIDDEN
         flags_ptr += d * (PROGRAMS + 1)
         hid = p * BLOCK_H + tl.arange(0, BLOCK_H)
-        r16 = tl.arange(0, 16)
+        block_rows = tl.arange(0, BLOCK_B)
         k = tl.arange(0, BLOCK_K)
         unit, mask, m, valid = _tiles(N_CHUNK, CHUNK, BLOCK_M, BLOCK_C)
         for s in range(t_first, t_last):
@@ -375,9 +377,9 @@ if triton is not None:
                     _all_arrived(flags_ptr, 2 * s + 1, PROGRAMS, BLOCK_P)
             if MATMUL:
                 if t > 0:
-                    for r0 in range(0, n, 16):
-                        row = r0 + r16
-                        acc = tl.zeros((16, BLOCK_H), dtype=tl.float32)
+                    for r0 in range(0, n, BLOCK_B):
+                        row = r0 + block_rows
+                        acc = tl.zeros((BLOCK_B, BLOCK_H), dtype=tl.float32)
                         for g0 in range(0, G, BLOCK_K):
                             gate = g0 + k
                             dg = tl.load(dg_ptr + (start + row)[:, None] * G + gate[None, :],
@@ -465,12 +467,15 @@ def _dot_precision(dtype: torch.dtype) -> str:
     return "ieee" if dtype == torch.float32 else "tf32"
 
 
-def _persistent_shape(hidden: int, chunk_size: int, num_dir: int, device: torch.device) -> dict:
-    """The persistent kernels' programs and tiles.  On a GPU every program of a
-    launch must be resident at once (they wait for each other), so the launch
-    takes at most half the GPU's multiprocessors: the gate columns a program
-    multiplies (``BLOCK_N``) double until it does.  Triton's interpreter runs
-    one phase per launch (``ONE_LAUNCH`` off), with the smallest tiles."""
+def _persistent_shape(hidden: int, chunk_size: int, num_dir: int, rows: int, device: torch.device) -> dict:
+    """The persistent kernels' programs and tiles for batches of up to ``rows``
+    sentences.  On a GPU every program of a launch must be resident at once
+    (they wait for each other), so the launch takes at most half the GPU's
+    multiprocessors: the gate columns a program multiplies (``BLOCK_N``)
+    double until it does.  A matmul tile takes up to 64 rows (``BLOCK_B``),
+    so a program reads its weights once a step for up to 64 sentences.
+    Triton's interpreter runs one phase per launch (``ONE_LAUNCH`` off), with
+    the smallest tiles."""
     num_gates = 4 * hidden + 2 * (hidden // chunk_size)
     one_launch = device.type == "cuda"
     limit = torch.cuda.get_device_properties(device).multi_processor_count // 2 if one_launch else 64
@@ -480,7 +485,7 @@ def _persistent_shape(hidden: int, chunk_size: int, num_dir: int, device: torch.
     programs = triton.cdiv(num_gates, block_n)
     return dict(_shape(hidden, chunk_size), PROGRAMS=programs, BLOCK_P=_block(programs + 1), BLOCK_N=block_n,
                 BLOCK_H=max(16, _block(triton.cdiv(hidden, programs))), BLOCK_K=64 if one_launch else 16,
-                ONE_LAUNCH=one_launch)
+                BLOCK_B=max(16, min(64 if one_launch else 16, _block(rows))), ONE_LAUNCH=one_launch)
 
 
 def _step_table(batch_sizes: List[int], device: torch.device) -> Tensor:
@@ -500,7 +505,7 @@ def onlstm_forward_persistent(
     steps = len(batch_sizes)
     if steps == 0:
         return out, acts, cells
-    shape = _persistent_shape(hidden, chunk_size, num_dir, xs.device)
+    shape = _persistent_shape(hidden, chunk_size, num_dir, batch_sizes[0], xs.device)
     del shape["BLOCK_H"]
     table = _step_table(batch_sizes, xs.device)
     z = torch.empty(num_dir, batch_sizes[0], xg.size(2), dtype=torch.float32, device=xs.device)
@@ -534,7 +539,7 @@ def onlstm_backward_persistent(
     grad_xg = acts if acts.dtype == hs.dtype else torch.empty(acts.shape, dtype=hs.dtype, device=hs.device)
     if steps == 0:
         return grad_xg, torch.zeros_like(w_hh)
-    shape = _persistent_shape(hidden, chunk_size, num_dir, hs.device)
+    shape = _persistent_shape(hidden, chunk_size, num_dir, batch_sizes[0], hs.device)
     del shape["BLOCK_N"]
     table = _step_table(batch_sizes, hs.device)
     rec, dc = (torch.zeros(num_dir, batch_sizes[0], hidden, dtype=torch.float32, device=hs.device) for _ in range(2))
