@@ -229,18 +229,19 @@ if triton is not None:
     def _all_arrived(flags_ptr, epoch, PROGRAMS: tl.constexpr, BLOCK_P: tl.constexpr):
         """A barrier among one direction's ``PROGRAMS`` programs, which are all
         resident on the GPU at once: this program publishes ``epoch`` in its
-        flag (after every write it made), then waits until every flag holds
-        it.  A wait longer than 2**20 polls sets the flag after them
-        (``flags_ptr[PROGRAMS]``), which ends every later wait: a launch whose
-        programs were not all resident finishes, with wrong results, rather
-        than hang the GPU."""
+        flag (a release, after every write it made), polls the flags with
+        plain L2 reads until every one holds it, then reads them once more
+        with an acquire.  A wait longer than 2**20 polls sets the flag after
+        them (``flags_ptr[PROGRAMS]``), which ends every later wait: a launch
+        whose programs were not all resident finishes, with wrong results,
+        rather than hang the GPU."""
         tl.debug_barrier()
         tl.atomic_xchg(flags_ptr + tl.program_id(0), epoch, sem="release", scope="gpu")
         p = tl.arange(0, BLOCK_P)
         polls = tl.full((), 0, tl.int32)
         seen = tl.full((), 0, tl.int32)
         while seen < epoch:
-            flags = tl.atomic_add(flags_ptr + p, 0, mask=p <= PROGRAMS, sem="acquire", scope="gpu")
+            flags = tl.load(flags_ptr + p, mask=p <= PROGRAMS, other=0, volatile=True)
             seen = tl.min(tl.where(p < PROGRAMS, flags, epoch), 0)
             if tl.max(tl.where(p == PROGRAMS, flags, 0), 0) > 0:
                 seen = epoch
@@ -248,6 +249,7 @@ if triton is not None:
             if polls > 1048576:
                 tl.atomic_xchg(flags_ptr + PROGRAMS, 1, sem="release", scope="gpu")
                 seen = epoch
+        tl.atomic_add(flags_ptr + p, 0, mask=p < PROGRAMS, sem="acquire", scope="gpu")
         tl.debug_barrier()
 
     @triton.jit(do_not_specialize=["x_dir", "w_dir", "act_dir", "c_dir", "h_dir", "steps", "t_first", "t_last",
