@@ -81,7 +81,8 @@ def test_the_persistent_forward_spreads_rows_and_columns(dtype, save, chunk):
     from fairseq_posattn.modules.onlstm import triton_steps
 
     args, batch_sizes, hidden, chunk = spread_problem(dtype, chunk)
-    shape = triton_steps._persistent_shape(hidden, chunk, 2, batch_sizes[0], torch.device(DEVICE))
+    shape = triton_steps._persistent_shape(hidden, chunk, 2, batch_sizes[0],
+                                           triton_steps._multiprocessors(torch.device(DEVICE)))
     assert shape["PROGRAMS"] > 1 and batch_sizes[0] > shape["BLOCK_B"] and hidden > shape["BLOCK_K"]
     steps = triton_steps.onlstm_forward(*args, batch_sizes, hidden, chunk, save)
     launch = triton_steps.onlstm_forward_persistent(*args, batch_sizes, hidden, chunk, save)
@@ -118,8 +119,8 @@ def test_one_launch_with_one_program_per_direction_is_the_reference(monkeypatch)
 
     shape = triton_steps._persistent_shape
 
-    def one_program(hidden, chunk_size, num_dir, rows, device):
-        tiles = shape(hidden, chunk_size, num_dir, rows, device)
+    def one_program(hidden, chunk_size, num_dir, rows, multiprocessors):
+        tiles = shape(hidden, chunk_size, num_dir, rows, multiprocessors)
         gates = 4 * hidden + 2 * (hidden // chunk_size)
         return dict(tiles, PROGRAMS=1, BLOCK_P=2, BLOCK_N=max(16, triton_steps._block(gates)),
                     BLOCK_H=max(16, triton_steps._block(hidden)), BLOCK_B=32, ONE_LAUNCH=True)

@@ -12,7 +12,7 @@ kernels on the CPU through Triton's interpreter (``TRITON_INTERPRET=1``).
 """
 
 import os
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -469,18 +469,24 @@ def _dot_precision(dtype: torch.dtype) -> str:
     return "ieee" if dtype == torch.float32 else "tf32"
 
 
-def _persistent_shape(hidden: int, chunk_size: int, num_dir: int, rows: int, device: torch.device) -> dict:
+def _multiprocessors(device: torch.device) -> Optional[int]:
+    """The GPU's multiprocessor count; None on the CPU, where Triton's interpreter runs the kernels."""
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else None
+
+
+def _persistent_shape(hidden: int, chunk_size: int, num_dir: int, rows: int,
+                      multiprocessors: Optional[int]) -> dict:
     """The persistent kernels' programs and tiles for batches of up to ``rows``
     sentences.  On a GPU every program of a launch must be resident at once
     (they wait for each other), so the launch takes at most half the GPU's
-    multiprocessors: the gate columns a program multiplies (``BLOCK_N``)
+    ``multiprocessors``: the gate columns a program multiplies (``BLOCK_N``)
     double until it does.  A matmul tile takes up to 64 rows (``BLOCK_B``),
     so a program reads its weights once a step for up to 64 sentences.
-    Triton's interpreter runs one phase per launch (``ONE_LAUNCH`` off), with
-    the smallest tiles."""
+    Triton's interpreter (``multiprocessors`` None) runs one phase per
+    launch (``ONE_LAUNCH`` off), with the smallest tiles."""
     num_gates = 4 * hidden + 2 * (hidden // chunk_size)
-    one_launch = device.type == "cuda"
-    limit = torch.cuda.get_device_properties(device).multi_processor_count // 2 if one_launch else 64
+    one_launch = multiprocessors is not None
+    limit = multiprocessors // 2 if one_launch else 64
     block_n = 16
     while num_dir * triton.cdiv(num_gates, block_n) > limit:
         block_n *= 2
@@ -507,7 +513,7 @@ def onlstm_forward_persistent(
     steps = len(batch_sizes)
     if steps == 0:
         return out, acts, cells
-    shape = _persistent_shape(hidden, chunk_size, num_dir, batch_sizes[0], xs.device)
+    shape = _persistent_shape(hidden, chunk_size, num_dir, batch_sizes[0], _multiprocessors(xs.device))
     del shape["BLOCK_H"]
     table = _step_table(batch_sizes, xs.device)
     z = torch.empty(num_dir, batch_sizes[0], xg.size(2), dtype=torch.float32, device=xs.device)
@@ -541,7 +547,7 @@ def onlstm_backward_persistent(
     grad_xg = acts if acts.dtype == hs.dtype else torch.empty(acts.shape, dtype=hs.dtype, device=hs.device)
     if steps == 0:
         return grad_xg, torch.zeros_like(w_hh)
-    shape = _persistent_shape(hidden, chunk_size, num_dir, batch_sizes[0], hs.device)
+    shape = _persistent_shape(hidden, chunk_size, num_dir, batch_sizes[0], _multiprocessors(hs.device))
     del shape["BLOCK_N"]
     table = _step_table(batch_sizes, hs.device)
     rec, dc = (torch.zeros(num_dir, batch_sizes[0], hidden, dtype=torch.float32, device=hs.device) for _ in range(2))
