@@ -67,6 +67,7 @@ except OSError:
 print(torch.cuda.get_device_name(), "| torch", torch.__version__, "| CUDA", torch.version.cuda,
       "| cuDNN", torch.backends.cudnn.version(), "| fairseq", fairseq.__version__, "| commit", commit or "unknown")
 PY
+TRITON_TESTS="tests/test_onlstm_triton.py tests/test_relative_flash.py tests/test_convolved_kernel.py"
 status=0  # a failing test does not stop the benchmarks; the script's exit status reports it
 for step in $STEPS; do
     echo "== gpu_check.sh: $step, from ${SECONDS}s"
@@ -74,17 +75,16 @@ for step in $STEPS; do
     tests)
         # the CPU's C++ cell, built ahead as scripts/setup_env.sh does (fairseq-posattn-build-cell)
         "$PYTHON" -m fairseq_posattn.modules.onlstm.cpu_cell 2>&1 | tail -n 1 | tee "$OUT/build_cell.log" || status=1
-        "$PYTHON" -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_onlstm_triton.py \
-            tests/test_relative_flash.py tests/test_convolved_kernel.py tests/test_onlstm_cpp.py \
+        # shellcheck disable=SC2086  # a list of files
+        "$PYTHON" -m pytest -q -p no:cacheprovider tests/test_cuda.py $TRITON_TESTS tests/test_onlstm_cpp.py \
             "tests/test_standard_flags.py::test_activation_checkpointing_gives_the_same_gradients" \
             "tests/test_standard_flags.py::test_quant_noise_changes_recurrent_outputs_in_training_only" \
             2>&1 | tee "$OUT/test_cuda.log" || status=1
         ;;
     kernels)
         # shellcheck disable=SC2086  # a list of files
-        "$PYTHON" -m pytest -q -p no:cacheprovider \
-            ${KERNEL_TESTS:-tests/test_onlstm_triton.py tests/test_relative_flash.py tests/test_convolved_kernel.py} \
-            2>&1 | tee "$OUT/test_kernels.log" || status=1
+        "$PYTHON" -m pytest -q -p no:cacheprovider ${KERNEL_TESTS:-$TRITON_TESTS} 2>&1 | tee "$OUT/test_kernels.log" \
+            || status=1
         ;;
     bench)
         rows="${BENCH_ROWS:-$("$PYTHON" -c 'from fairseq_posattn.bench.models import ROWS; print(",".join(r.label for r in ROWS))')}"

@@ -99,9 +99,10 @@ def build(args):
         "nn.LSTM": (lstm, lambda: lstm(x)[0]),
     }
     layers = [("LSTM layer", "lstm", "auto"), ("ON-LSTM layer", "onlstm", "auto")]
-    if kernels.choose("auto", x.device, x.dtype) == "triton":
+    fast = kernels.choose("auto", x.device, x.dtype)
+    if fast == "triton":
         layers.append(("ON-LSTM, persistent", "onlstm", "persistent"))
-    if kernels.choose("auto", x.device, x.dtype) != "reference":
+    if fast != "reference":
         layers.append(("ON-LSTM, reference", "onlstm", "reference"))
     for label, cell, kernel in layers:
         layer = RecurrentLayer(d, cell, kernel=kernel).to(args.device, args.dtype)

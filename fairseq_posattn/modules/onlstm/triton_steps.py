@@ -401,6 +401,20 @@ def _shape(hidden: int, chunk_size: int) -> dict:
     return dict(HIDDEN=hidden, N_CHUNK=n_chunk, CHUNK=chunk_size, BLOCK_M=_block(n_chunk), BLOCK_C=_block(chunk_size))
 
 
+def _gate_gradient_buffer(acts: Tensor, hs: Tensor) -> Tensor:
+    """Where a backward writes the gate gradients: over the saved gates when
+    the dtypes agree."""
+    return acts if acts.dtype == hs.dtype else torch.empty(acts.shape, dtype=hs.dtype, device=hs.device)
+
+
+def _weight_gradient(grad_xg: Tensor, acts: Tensor, hs: Tensor, w_hh: Tensor, batch_sizes: List[int]) -> Tensor:
+    """The recurrent weight's gradient after a backward's steps; if they wrote
+    over the saved gates, a second backward must be refused."""
+    if grad_xg is acts:
+        torch.autograd.graph.increment_version(acts)
+    return recurrent_weight_grad(hs, grad_xg.unbind(0), w_hh, batch_sizes)
+
+
 def onlstm_forward(
     xs: Tensor, w_ih: Tensor, bias: Tensor, w_hh: Tensor, batch_sizes: List[int],
     hidden: int, chunk_size: int, save: bool,
@@ -437,7 +451,7 @@ def onlstm_backward(
     kernel and one matmul per step."""
     num_dir = acts.size(0)
     steps = len(batch_sizes)
-    grad_xg = acts if acts.dtype == hs.dtype else torch.empty(acts.shape, dtype=hs.dtype, device=hs.device)
+    grad_xg = _gate_gradient_buffer(acts, hs)
     if steps == 0:
         return grad_xg, torch.zeros_like(w_hh)
     w_t = w_hh.transpose(1, 2).contiguous()  # [D, G, hidden]
@@ -456,9 +470,7 @@ def onlstm_backward(
         )
         if t > 0:
             rec = torch.bmm(grad_xg[:, start : start + n], w_t)  # [D, n, hidden]: dh from step t into t - 1
-    if grad_xg is acts:  # the kernels wrote over the saved gates: a second backward must be refused
-        torch.autograd.graph.increment_version(acts)
-    return grad_xg, recurrent_weight_grad(hs, grad_xg.unbind(0), w_hh, batch_sizes)
+    return grad_xg, _weight_gradient(grad_xg, acts, hs, w_hh, batch_sizes)
 
 
 def _dot_precision(dtype: torch.dtype) -> str:
@@ -544,7 +556,7 @@ def onlstm_backward_persistent(
     launch on a GPU (:func:`_recurrence_backward`)."""
     num_dir = acts.size(0)
     steps = len(batch_sizes)
-    grad_xg = acts if acts.dtype == hs.dtype else torch.empty(acts.shape, dtype=hs.dtype, device=hs.device)
+    grad_xg = _gate_gradient_buffer(acts, hs)
     if steps == 0:
         return grad_xg, torch.zeros_like(w_hh)
     shape = _persistent_shape(hidden, chunk_size, num_dir, batch_sizes[0], _multiprocessors(hs.device))
@@ -566,6 +578,4 @@ def onlstm_backward_persistent(
         for s in range(steps):
             launch(s, s + 1, MATMUL=False, CELL=True)
             launch(s, s + 1, MATMUL=True, CELL=False)
-    if grad_xg is acts:  # the kernels wrote over the saved gates: a second backward must be refused
-        torch.autograd.graph.increment_version(acts)
-    return grad_xg, recurrent_weight_grad(hs, grad_xg.unbind(0), w_hh, batch_sizes)
+    return grad_xg, _weight_gradient(grad_xg, acts, hs, w_hh, batch_sizes)
