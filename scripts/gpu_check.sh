@@ -4,7 +4,8 @@
 #   bash scripts/gpu_check.sh [OUT_DIR] [STEPS]   # OUT_DIR: gpu-check; STEPS: "tests bench recurrent" (or kernels, profile)
 #
 # kernels    only the Triton kernels' tests, compiled (tests/test_onlstm_triton.py,
-#            tests/test_relative_flash.py, tests/test_convolved_kernel.py):
+#            tests/test_onlstm_graphs.py, tests/test_relative_flash.py,
+#            tests/test_convolved_kernel.py):
 #            test_kernels.log; "tests" includes them.  KERNEL_TESTS names other files.
 # tests      tests/test_cuda.py: every benchmark architecture on the GPU against
 #            the CPU (float32), in float16 and under fp16 autocast, the
@@ -12,8 +13,9 @@
 #            fairseq-generate with --fp16 and --bf16 (the benchmark's rows
 #            include the kernel comparisons: P-sdpa is P with the fused
 #            attention's own gradient of the score bias);
-#            tests/test_onlstm_triton.py, tests/test_relative_flash.py and
-#            tests/test_convolved_kernel.py: the Triton kernels against the
+#            tests/test_onlstm_triton.py, tests/test_onlstm_graphs.py (the
+#            per-step kernels replayed from CUDA graphs), tests/test_relative_flash.py
+#            and tests/test_convolved_kernel.py: the Triton kernels against the
 #            reference and the explicit path, compiled;
 #            tests/test_onlstm_cpp.py: the CPU's C++ cell built against this
 #            (CUDA) torch; activation checkpointing and quant noise on the
@@ -21,18 +23,19 @@
 # bench      fairseq-posattn-bench --device cuda --no-decode --repeats 20, every
 #            row and the kernel comparisons (P-sdpa, R-sdpa, bilan-sdpa,
 #            shawkeys-sdpa, shaw-explicit, struct-explicit, conv2d-triton,
-#            onlstm-san-persistent), in fp16 and bf16,
+#            onlstm-san-persistent, onlstm-san-graph), in fp16 and bf16,
 #            at the defaults (B=32, T=64) and at --batch 64 --length 64 (about
 #            4,096 tokens a batch): bench_{fp16,bf16}_b{32,64}.{txt,json}.
 #            BENCH_CONFIGS picks them (default "fp16:32 fp16:64 bf16:32 bf16:64"),
 #            BENCH_ROWS the rows (comma-separated labels; default every row).
 #            If a row fails (a Triton kernel that does not compile on this card),
 #            the others are measured again without the Triton rows (conv2d-triton,
-#            onlstm-san-persistent).
+#            onlstm-san-persistent, onlstm-san-graph).
 # recurrent  fairseq-posattn-bench-recurrent --device cuda --repeats 20 in
-#            float32, fp16 and bf16 (the ON-LSTM layer, per-step and persistent
-#            kernels, against cuDNN's LSTM):
+#            float32, fp16 and bf16 (the ON-LSTM layer: per-step kernels, persistent
+#            kernels, per-step kernels replayed from CUDA graphs; against cuDNN's LSTM):
 #            bench_recurrent_{fp32,fp16,bf16}.{txt,json}; RECURRENT_PRECISIONS picks them.
+#            If it fails, it runs again with the per-step kernels only (--kernels '').
 # profile    fairseq-posattn-bench --device cuda --fp16 --profile ROW for the rows
 #            above their targets (temp, bilan, conv1d, conv2d, shaw, struct,
 #            onlstm-san, stock-deep): where an update's time goes, on the CPU
@@ -67,7 +70,7 @@ except OSError:
 print(torch.cuda.get_device_name(), "| torch", torch.__version__, "| CUDA", torch.version.cuda,
       "| cuDNN", torch.backends.cudnn.version(), "| fairseq", fairseq.__version__, "| commit", commit or "unknown")
 PY
-TRITON_TESTS="tests/test_onlstm_triton.py tests/test_relative_flash.py tests/test_convolved_kernel.py"
+TRITON_TESTS="tests/test_onlstm_triton.py tests/test_onlstm_graphs.py tests/test_relative_flash.py tests/test_convolved_kernel.py"
 status=0  # a failing test does not stop the benchmarks; the script's exit status reports it
 for step in $STEPS; do
     echo "== gpu_check.sh: $step, from ${SECONDS}s"
@@ -95,8 +98,9 @@ for step in $STEPS; do
             if ! "$PYTHON" -m fairseq_posattn.bench.models "${flags[@]}" --rows "$rows" 2>&1 | tee "$OUT/$name.txt"; then
                 status=1  # most likely a Triton kernel that does not compile here: the other rows still get measured
                 fallback="${rows//,conv2d-triton/}"
-                "$PYTHON" -m fairseq_posattn.bench.models "${flags[@]}" --rows "${fallback//,onlstm-san-persistent/}" \
-                    | tee -a "$OUT/$name.txt"
+                fallback="${fallback//,onlstm-san-persistent/}"
+                "$PYTHON" -m fairseq_posattn.bench.models "${flags[@]}" --rows "${fallback//,onlstm-san-graph/}" \
+                    | tee -a "$OUT/$name.txt" || true
             fi
         done
         ;;
@@ -104,8 +108,12 @@ for step in $STEPS; do
         for precision in ${RECURRENT_PRECISIONS:-fp32 fp16 bf16}; do
             flags=(--device cuda --repeats 20 --json "$OUT/bench_recurrent_$precision.json")
             [[ "$precision" != fp32 ]] && flags+=(--"$precision")
-            "$PYTHON" -m fairseq_posattn.bench.recurrent "${flags[@]}" 2>&1 | tee "$OUT/bench_recurrent_$precision.txt" \
-                || status=1
+            if ! "$PYTHON" -m fairseq_posattn.bench.recurrent "${flags[@]}" 2>&1 \
+                    | tee "$OUT/bench_recurrent_$precision.txt"; then
+                status=1
+                "$PYTHON" -m fairseq_posattn.bench.recurrent "${flags[@]}" --kernels '' 2>&1 \
+                    | tee -a "$OUT/bench_recurrent_$precision.txt" || true
+            fi
         done
         ;;
     profile)

@@ -67,23 +67,29 @@ def loss_and_grads(model, batch, trees, device, autocast=None):
 
 
 @contextlib.contextmanager
-def explicit_attention(model):
-    """Attention layers asked for the Triton kernels (``--encoder-attention-kernel
-    triton``, CUDA only) take the explicit path meanwhile: the CPU's reference."""
-    layers = [m for m in model.modules() if isinstance(m, PositionAwareSelfAttention) and m.kernel == "triton"]
-    for layer in layers:
-        layer.kernel = "explicit"
+def cpu_paths(model):
+    """Layers asked for a CUDA-only kernel take the CPU's paths meanwhile: attention
+    layers on the Triton kernels (``--encoder-attention-kernel triton``) the
+    explicit path, ON-LSTM layers on the Triton steps (``--encoder-recurrent-kernel
+    triton``, ``persistent``, ``graph``) ``auto``'s."""
+    switched = [(m, "explicit") for m in model.modules()
+                if isinstance(m, PositionAwareSelfAttention) and m.kernel == "triton"]
+    switched += [(m, "auto") for m in model.modules()
+                 if isinstance(m, ONLSTM) and m.kernel in ("triton", "persistent", "graph")]
+    kernels = [m.kernel for m, _ in switched]
+    for m, kernel in switched:
+        m.kernel = kernel
     try:
         yield
     finally:
-        for layer in layers:
-            layer.kernel = "triton"
+        for (m, _), kernel in zip(switched, kernels):
+            m.kernel = kernel
 
 
 @pytest.mark.parametrize("label", LABELS)
 def test_cuda_float32_equals_cpu(label):
     model, batch, trees = model_and_batch(label)
-    with explicit_attention(model):
+    with cpu_paths(model):
         cpu = loss_and_grads(model, batch, trees, "cpu")
     gpu = loss_and_grads(model, batch, trees, CUDA)
     torch.testing.assert_close(gpu[0], cpu[0], atol=1e-4, rtol=1e-4)
@@ -97,7 +103,7 @@ def test_cuda_float32_equals_cpu(label):
         on_gpu = model(src.to(CUDA), lengths.to(CUDA), prev.to(CUDA),
                        **{k: t.to(CUDA) for k, t in trees.items()})[0].cpu()
         model.cpu()
-        with explicit_attention(model):
+        with cpu_paths(model):
             on_cpu = model(src, lengths, prev, **trees)[0]
     torch.testing.assert_close(on_gpu, on_cpu, atol=1e-4, rtol=1e-4)
 
@@ -188,3 +194,25 @@ def test_first_half_precision_loss_is_the_float32_loss(toy_struct_bin, tmp_path,
         loss, sample_size, _ = load_record(record)["steps"][0]
         losses[name] = loss / sample_size
     assert losses[half] == pytest.approx(losses["fp32"], rel=rel)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kernel", ["persistent", "graph"])
+def test_fairseq_trains_the_hybrid_on_the_one_launch_kernels_as_on_the_per_step_ones(toy_struct_bin, tmp_path,
+                                                                                      kernel):
+    """fairseq-train --fp16, four updates without dropout: every update's loss
+    on ``kernel`` is the per-step kernels' to half's rounding; fairseq-generate
+    decodes on it (the graphs of inference)."""
+    losses = {}
+    for name in ("triton", kernel):
+        record = tmp_path / f"{name}.pt"
+        run(recorded_train_command(record, *train_args(
+            toy_struct_bin, "onlstm_san_transformer", tmp_path / name, "--max-update", "4", "--dropout", "0",
+            "--fp16", "--encoder-recurrent-kernel", name)))
+        losses[name] = [loss / sample_size for loss, sample_size, _ in load_record(record)["steps"]]
+    assert len(losses[kernel]) >= 4  # more where fp16's loss scale overflowed
+    assert losses[kernel] == pytest.approx(losses["triton"], rel=1e-2)
+    out = run_cli("fairseq-generate", toy_struct_bin, "--user-dir", USER_DIR, "--task", "translation_struct",
+                  "--path", tmp_path / kernel / "checkpoint_last.pt", "--gen-subset", "test", "--beam", "2", "--fp16",
+                  "--num-workers", "0")
+    assert sum(line.startswith("H-") for line in out.stdout.splitlines()) == 10

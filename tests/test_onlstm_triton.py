@@ -127,3 +127,19 @@ def test_one_launch_with_one_program_per_direction_is_the_reference(monkeypatch)
 
     monkeypatch.setattr(triton_steps, "_persistent_shape", one_program)
     assert_kernel_is_the_reference("persistent", [4, 3, 3, 1], 2, True, hidden=8, device=DEVICE)
+
+
+@pytest.mark.parametrize("lengths", LENGTHS, ids=str)
+@pytest.mark.parametrize("chunk,hidden", [(1, 6), (3, 6)])
+@pytest.mark.parametrize("bidirectional", [True, False])
+def test_the_steps_replayed_from_graphs_are_the_reference(bidirectional, chunk, hidden, lengths):
+    """The batch padded to the graphs' bucket, every sentence running every
+    step: output and every gradient are the reference's (on the CPU the
+    "graph" runs the steps again)."""
+    assert_kernel_is_the_reference("graph", lengths, chunk, bidirectional, hidden=hidden, device=DEVICE)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_the_steps_replayed_from_graphs_in_half_precision_are_the_reference_in_half(dtype):
+    assert_kernel_is_the_reference("graph", [4, 3, 3, 1], 2, True, hidden=8, dtype=dtype, device=DEVICE,
+                                   atol=1e-2, rtol=1e-2)

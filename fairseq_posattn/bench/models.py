@@ -54,6 +54,7 @@ from fairseq.sequence_generator import SequenceGenerator
 from torch.nn.attention import SDPBackend
 
 from ..models.from_flags import build_model_from_flags, stand_in_dictionary
+from ..modules.onlstm import cuda_graphs
 from ..structure import batch_trees_of_pieces
 from ..structure.control_trees import random_projective_heads
 from .timing import per_repeat_ratios, synchronize
@@ -105,8 +106,11 @@ ROWS = [
              by_default=False),
     BenchRow("conv2d-triton", "transformer_posattn_conv2d", ["--encoder-attention-kernel", "triton"],
              by_default=False),
-    # the hybrid with its recurrence in one launch per layer (CUDA), against the per-step kernels
+    # the hybrid with its recurrence in one launch per layer, or replayed from CUDA graphs (CUDA),
+    # against the per-step kernels
     BenchRow("onlstm-san-persistent", "onlstm_san_transformer", ["--encoder-recurrent-kernel", "persistent"],
+             recurrent=True, baseline="onlstm-san", by_default=False),
+    BenchRow("onlstm-san-graph", "onlstm_san_transformer", ["--encoder-recurrent-kernel", "graph"],
              recurrent=True, baseline="onlstm-san", by_default=False),
 ]
 
@@ -290,6 +294,8 @@ def measure_memory(rows: List[BenchRow], settings, device) -> Dict[str, float]:
         peaks = {}
         dictionary = stand_in_dictionary(settings.vocab)
         for row in rows:
+            cuda_graphs.clear()  # the ON-LSTM's graph buffers are the row's that made them
+            torch.cuda.empty_cache()
             runner = Runner(row, settings, dictionary, device)
             runner.train_step()
             torch.cuda.reset_peak_memory_stats(device)

@@ -19,6 +19,9 @@ Rows, all bidirectional with hidden = d per direction:
   the loop over the time steps in C++);
 * ``ON-LSTM, persistent``: on CUDA, the same layer with every step in one
   launch, forward and backward (``kernel="persistent"``);
+* ``ON-LSTM, CUDA graphs``: on CUDA, the per-step kernels replayed from
+  CUDA graphs (``kernel="graph"``; the batch padded to multiples of 8
+  sentences and steps, every sentence running every step);
 * ``ON-LSTM, reference``: the same layer on the reference
   (``kernel="reference"``, autograd's backward), where a fast path applies, for comparison.
 
@@ -71,6 +74,9 @@ def get_parser():
                            default=torch.float32, help="every row's weights and inputs in float16")
     precision.add_argument("--bf16", dest="dtype", action="store_const", const=torch.bfloat16,
                            help="every row's weights and inputs in bfloat16")
+    p.add_argument("--kernels", default="persistent,graph",
+                   help="on CUDA, the ON-LSTM kernels timed besides the per-step one, comma-separated "
+                        "(default: persistent,graph; '' for none)")
     p.add_argument("--profile", action="store_true",
                    help="print torch.profiler's forward/backward split and top ops of the ON-LSTM layer")
     p.add_argument("--json", default=None, help="also write the results here")
@@ -101,7 +107,8 @@ def build(args):
     layers = [("LSTM layer", "lstm", "auto"), ("ON-LSTM layer", "onlstm", "auto")]
     fast = kernels.choose("auto", x.device, x.dtype)
     if fast == "triton":
-        layers.append(("ON-LSTM, persistent", "onlstm", "persistent"))
+        labels = {"persistent": "ON-LSTM, persistent", "graph": "ON-LSTM, CUDA graphs"}
+        layers += [(labels[kernel], "onlstm", kernel) for kernel in args.kernels.split(",") if kernel]
     if fast != "reference":
         layers.append(("ON-LSTM, reference", "onlstm", "reference"))
     for label, cell, kernel in layers:

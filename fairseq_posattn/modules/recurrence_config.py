@@ -60,8 +60,10 @@ class RecurrenceConfig(EncoderOptions):
         metadata={
             "help": "what runs the ON-LSTM recurrence: auto (the C++ cell for float32 on the "
             "CPU, Triton on CUDA, the reference elsewhere), reference (the readable "
-            "definition, autograd's backward), cpu, triton, or compile (torch.compile of "
-            "the reference, recompiled per batch shape)"
+            "definition, autograd's backward), cpu, triton, persistent (CUDA: every step "
+            "in one launch), graph (CUDA: the triton steps replayed from CUDA graphs, one "
+            "per padded batch shape), or compile (torch.compile of the reference, "
+            "recompiled per batch shape)"
         },
     )
 

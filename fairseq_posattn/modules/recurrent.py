@@ -9,13 +9,13 @@ no room for one (docs/hybrids.md).
 
 import logging
 import math
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from .onlstm import cpu_cell, kernels, packed, triton_steps
+from .onlstm import cpu_cell, cuda_graphs, kernels, packed, triton_steps
 from .onlstm.reference import onlstm_reference, reversal_index
 
 __all__ = ["ONLSTM", "RecurrentLayer"]
@@ -26,6 +26,7 @@ _FAST = {  # each fast path's forward and hand-written backward
     "cpu": (cpu_cell.onlstm_forward, cpu_cell.onlstm_backward),
     "triton": (triton_steps.onlstm_forward, triton_steps.onlstm_backward),
     "persistent": (triton_steps.onlstm_forward_persistent, triton_steps.onlstm_backward_persistent),
+    "graph": (cuda_graphs.onlstm_forward, cuda_graphs.onlstm_backward),
 }
 _compiled: dict = {}
 
@@ -41,14 +42,18 @@ class _FastONLSTM(torch.autograd.Function):
     """A fast path (:data:`_FAST`) over packed inputs with its hand-written
     backward.  Owning the input projection lets the forward write the gates
     over it and the backward write the gate gradients over those: one
-    ``[D, N, G]`` buffer for the layer (one ``[N, G]`` per direction on the C++ cell)."""
+    ``[D, N, G]`` buffer for the layer (one ``[N, G]`` per direction on the C++ cell).
+    The ``graph`` path's forward returns a fourth value, its
+    :class:`.onlstm.cuda_graphs.Lease` on the buffers, which the context holds
+    and hands to the backward."""
 
     @staticmethod
     def forward(ctx, xs: Tensor, w_ih: Tensor, bias: Tensor, w_hh: Tensor, batch_sizes: List[int],
                 hidden: int, chunk_size: int, save: bool, kernel: str) -> Tensor:
         # ``save`` comes from the caller: grad mode is always off in here
-        hs, acts, cells = _FAST[kernel][0](xs, w_ih, bias, w_hh, batch_sizes, hidden, chunk_size, save)
+        hs, acts, cells, *lease = _FAST[kernel][0](xs, w_ih, bias, w_hh, batch_sizes, hidden, chunk_size, save)
         if save:
+            ctx.lease = lease
             ctx.per_direction = isinstance(acts, list)
             ctx.save_for_backward(xs, w_ih, w_hh, hs, cells, *(acts if ctx.per_direction else [acts]))
             ctx.batch_sizes, ctx.hidden, ctx.chunk_size, ctx.kernel = batch_sizes, hidden, chunk_size, kernel
@@ -60,7 +65,7 @@ class _FastONLSTM(torch.autograd.Function):
         xs, w_ih, w_hh, hs, cells, *acts = ctx.saved_tensors
         acts = acts if ctx.per_direction else acts[0]
         grad_xg, grad_w_hh = _FAST[ctx.kernel][1](
-            grad_hs.contiguous(), w_hh, hs, acts, cells, ctx.batch_sizes, ctx.hidden, ctx.chunk_size)
+            grad_hs.contiguous(), w_hh, hs, acts, cells, ctx.batch_sizes, ctx.hidden, ctx.chunk_size, *ctx.lease)
         # grad_xg: one [N, G] per direction (or a [D, N, G] tensor, the same per direction)
         grad_xs = grad_w_ih = grad_bias = None
         if ctx.needs_input_grad[0]:
@@ -130,34 +135,61 @@ class ONLSTM(nn.Module):
             return self._packed(kernel, *args, lengths.to(x.device))
 
     def _packed(self, kernel: str, x: Tensor, w_ih: Tensor, w_hh: Tensor, bias: Tensor, lengths: Tensor) -> Tensor:
-        """A fast path on packed sequences (sentences sorted longest first, step
-        ``t`` over the sentences longer than ``t``): no pad is computed.  One
-        gather builds the packed input of both directions (direction 1
-        reversed within each sentence), one gathers the output."""
+        """A fast path on the packed layout of :meth:`_layout`.  One gather builds
+        the packed input of both directions (direction 1 reversed within each
+        sentence), one gathers the output."""
         seq_len, bsz, dim = x.shape
         nd = self.num_directions
-        sorted_lengths, order = torch.sort(lengths, descending=True, stable=True)
-        steps = torch.arange(seq_len, device=x.device)
-        valid = steps.unsqueeze(1) < sorted_lengths.unsqueeze(0)  # [T, B], sorted columns
-        t_idx, k_idx = valid.nonzero(as_tuple=True)  # packed order
-        num_rows = t_idx.numel()
-        batch_sizes = [n for n in valid.sum(1).tolist() if n > 0]
-        b_idx = order[k_idx]
-        src_t = [t_idx] if nd == 1 else [t_idx, sorted_lengths[k_idx] - 1 - t_idx]
-        in_rows = torch.cat([s * bsz + b_idx for s in src_t])  # rows of x.view(T*B, C)
+        in_rows, batch_sizes, packed_row = self._layout(kernel, lengths, seq_len, bsz)
+        num_rows = sum(batch_sizes)
         xs = x.reshape(seq_len * bsz, dim).index_select(0, in_rows).view(nd, num_rows, dim)
         save = torch.is_grad_enabled() and any(t.requires_grad for t in (xs, w_ih, w_hh, bias))
         hs = _FastONLSTM.apply(xs, w_ih, bias.unsqueeze(1), w_hh, batch_sizes, self.hidden_dim, self.chunk_size,
                                save, kernel)
-        # hs: [D, N + 1, h], row N zero.  Packed row of each [t, b], N at pads;
-        # direction 1 reads it at the reversed position (pads stay in place)
-        packed_row = torch.full((seq_len, bsz), num_rows, dtype=torch.long, device=x.device)
-        packed_row[t_idx, b_idx] = torch.arange(num_rows, device=x.device)
+        # hs: [D, N + 1, h], row N zero.  Direction 1 reads each [t, b] at the
+        # reversed position (pads stay in place)
         out_rows = [packed_row]
         if nd == 2:
             out_rows.append(packed_row.gather(0, reversal_index(lengths, seq_len)) + (num_rows + 1))
         out_rows = torch.stack(out_rows, -1).view(-1)  # [T, B, D] rows of hs.view(D*(N+1), h)
         return hs.reshape(nd * (num_rows + 1), -1).index_select(0, out_rows).view(seq_len, bsz, -1)
+
+    def _layout(self, kernel: str, lengths: Tensor, seq_len: int, bsz: int) -> Tuple[Tensor, List[int], Tensor]:
+        """Time-major rows, step ``t`` over ``batch_sizes[t]`` sentences: the
+        rows of ``x.view(T*B, C)`` each direction reads (one tensor, direction 0
+        first), ``batch_sizes``, and the packed row of each ``[t, b]`` (``N``,
+        the zero row, at pads).
+
+        Packed: the sentences sorted longest first, step ``t`` over those
+        longer than ``t``, so no pad is computed.  On the ``graph`` path the
+        batch padded to :func:`.onlstm.cuda_graphs.bucket` sentences and steps
+        instead, every sentence running every step (pad steps come after a
+        sentence's tokens in both directions; padding sentences read row 0), so
+        that batches of one bucket replay one graph."""
+        device = lengths.device
+        steps = torch.arange(seq_len, device=device)
+        if kernel == "graph":
+            num_steps, rows = cuda_graphs.bucket(seq_len), cuda_graphs.bucket(bsz)
+            t_idx = torch.arange(num_steps, device=device).repeat_interleave(rows)
+            b_idx = torch.arange(rows, device=device).repeat(num_steps)
+            real = (t_idx < seq_len) & (b_idx < bsz)
+            t_idx, b_idx = t_idx.clamp(max=seq_len - 1), b_idx.clamp(max=bsz - 1)
+            src_t = [t_idx, reversal_index(lengths, seq_len)[t_idx, b_idx]][: self.num_directions]
+            in_rows = torch.cat([torch.where(real, s * bsz + b_idx, 0) for s in src_t])
+            tokens = steps.unsqueeze(1) < lengths.unsqueeze(0)  # [T, B]
+            packed_row = steps.unsqueeze(1) * rows + torch.arange(bsz, device=device)
+            return in_rows, [rows] * num_steps, packed_row.masked_fill(~tokens, num_steps * rows)
+        sorted_lengths, order = torch.sort(lengths, descending=True, stable=True)
+        valid = steps.unsqueeze(1) < sorted_lengths.unsqueeze(0)  # [T, B], sorted columns
+        t_idx, k_idx = valid.nonzero(as_tuple=True)  # packed order
+        num_rows = t_idx.numel()
+        batch_sizes = [n for n in valid.sum(1).tolist() if n > 0]
+        b_idx = order[k_idx]
+        src_t = [t_idx, sorted_lengths[k_idx] - 1 - t_idx][: self.num_directions]
+        in_rows = torch.cat([s * bsz + b_idx for s in src_t])
+        packed_row = torch.full((seq_len, bsz), num_rows, dtype=torch.long, device=device)
+        packed_row[t_idx, b_idx] = torch.arange(num_rows, device=device)
+        return in_rows, batch_sizes, packed_row
 
 
 class RecurrentLayer(nn.Module):

@@ -13,6 +13,9 @@
   one backward, the recurrent matmul spread over the programs with a barrier
   between phases (:func:`.triton_steps.onlstm_forward_persistent`); where
   asked for, until a GPU has measured it against ``triton``;
+* ``graph``: on CUDA, the ``triton`` steps replayed from CUDA graphs, one
+  recorded per padded batch shape (:mod:`.cuda_graphs`); where asked for,
+  until a GPU has measured it;
 * ``compile``: the reference compiled by ``torch.compile`` (recompiled for
   each new batch shape; for ``fairseq-posattn-bench-compile``).
 
@@ -27,7 +30,7 @@ from . import cpu_cell, triton_steps
 
 __all__ = ["KERNELS", "check", "choose", "describe"]
 
-KERNELS = ("auto", "reference", "cpu", "triton", "persistent", "compile")
+KERNELS = ("auto", "reference", "cpu", "triton", "persistent", "graph", "compile")
 
 
 def unavailable(kernel: str) -> Optional[str]:
@@ -36,7 +39,7 @@ def unavailable(kernel: str) -> Optional[str]:
         return f"it is not one of {', '.join(KERNELS)}"
     if kernel == "cpu":
         return cpu_cell.unavailable_reason()
-    if kernel in ("triton", "persistent") and triton_steps.triton is None:
+    if kernel in ("triton", "persistent", "graph") and triton_steps.triton is None:
         return "it needs the triton package (pip install triton)"
     return None
 

@@ -29,31 +29,35 @@ logger = logging.getLogger(__name__)
 ONEDNN_TESTED_TORCH = ((2, 11), (2, 13))
 
 
-def gate_buffers(xs: Tensor, w_ih: Tensor, bias: Tensor, save: bool) -> Tuple[Tensor, Tensor]:
+def gate_buffers(xs: Tensor, w_ih: Tensor, bias: Tensor, save: bool, empty=torch.empty) -> Tuple[Tensor, Tensor]:
     """The input projections ``xg [D, N, G]`` of all steps and directions (one
     ``baddbmm`` with the bias) and the buffer of the activated gates (``xg``
-    itself when the dtypes agree; empty without ``save``)."""
+    itself when the dtypes agree; empty without ``save``), in buffers taken
+    from ``empty`` (``torch.empty``'s signature)."""
     num_dir, num_rows, _ = xs.shape
+    num_gates = w_ih.size(2)
     acc = torch.promote_types(xs.dtype, torch.float32)
-    xg = torch.baddbmm(bias, xs, w_ih)
+    xg = torch.baddbmm(bias, xs, w_ih, out=empty((num_dir, num_rows, num_gates), dtype=xs.dtype, device=xs.device))
     if not save:
-        acts = torch.empty(num_dir, 0, w_ih.size(2), dtype=acc, device=xs.device)
+        acts = empty((num_dir, 0, num_gates), dtype=acc, device=xs.device)
     elif xg.dtype == acc:
         acts = xg
     else:
-        acts = torch.empty(xg.shape, dtype=acc, device=xs.device)
+        acts = empty((num_dir, num_rows, num_gates), dtype=acc, device=xs.device)
     return xg, acts
 
 
-def state_buffers(xs: Tensor, batch_sizes: List[int], hidden: int, save: bool) -> Tuple[Tensor, Tensor]:
+def state_buffers(xs: Tensor, batch_sizes: List[int], hidden: int, save: bool,
+                  empty=torch.empty) -> Tuple[Tensor, Tensor]:
     """The forward's cell states (every step's, or one step's without
     ``save``; float32 or wider) and hidden states ``[D, N + 1, hidden]``
-    (``xs``'s dtype), row ``N`` zero, for packed inputs ``xs [D, N, C]``."""
+    (``xs``'s dtype), row ``N`` zero, for packed inputs ``xs [D, N, C]``,
+    taken from ``empty`` (``torch.empty``'s signature)."""
     num_dir, num_rows, _ = xs.shape
     acc = torch.promote_types(xs.dtype, torch.float32)
     max_batch = batch_sizes[0] if len(batch_sizes) > 0 else 0
-    cells = torch.empty(num_dir, num_rows if save else max_batch, hidden, dtype=acc, device=xs.device)
-    out = torch.empty(num_dir, num_rows + 1, hidden, dtype=xs.dtype, device=xs.device)
+    cells = empty((num_dir, num_rows if save else max_batch, hidden), dtype=acc, device=xs.device)
+    out = empty((num_dir, num_rows + 1, hidden), dtype=xs.dtype, device=xs.device)
     out[:, num_rows] = 0.0
     return cells, out
 

@@ -26,7 +26,8 @@ except ImportError:  # pragma: no cover - exercised where triton is absent
     triton = None
 
 __all__ = [
-    "DTYPES", "onlstm_backward", "onlstm_backward_persistent", "onlstm_forward", "onlstm_forward_persistent", "triton",
+    "DTYPES", "backward_steps", "forward_steps", "gate_gradient_buffer", "onlstm_backward", "onlstm_backward_persistent",
+    "onlstm_forward", "onlstm_forward_persistent", "triton", "weight_gradient",
 ]
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # what the kernels compute in
@@ -401,13 +402,13 @@ def _shape(hidden: int, chunk_size: int) -> dict:
     return dict(HIDDEN=hidden, N_CHUNK=n_chunk, CHUNK=chunk_size, BLOCK_M=_block(n_chunk), BLOCK_C=_block(chunk_size))
 
 
-def _gate_gradient_buffer(acts: Tensor, hs: Tensor) -> Tensor:
+def gate_gradient_buffer(acts: Tensor, hs: Tensor, empty=torch.empty) -> Tensor:
     """Where a backward writes the gate gradients: over the saved gates when
-    the dtypes agree."""
-    return acts if acts.dtype == hs.dtype else torch.empty(acts.shape, dtype=hs.dtype, device=hs.device)
+    the dtypes agree, else a buffer from ``empty`` (``torch.empty``'s signature)."""
+    return acts if acts.dtype == hs.dtype else empty(acts.shape, dtype=hs.dtype, device=hs.device)
 
 
-def _weight_gradient(grad_xg: Tensor, acts: Tensor, hs: Tensor, w_hh: Tensor, batch_sizes: List[int]) -> Tensor:
+def weight_gradient(grad_xg: Tensor, acts: Tensor, hs: Tensor, w_hh: Tensor, batch_sizes: List[int]) -> Tensor:
     """The recurrent weight's gradient after a backward's steps; if they wrote
     over the saved gates, a second backward must be refused."""
     if grad_xg is acts:
@@ -415,15 +416,12 @@ def _weight_gradient(grad_xg: Tensor, acts: Tensor, hs: Tensor, w_hh: Tensor, ba
     return recurrent_weight_grad(hs, grad_xg.unbind(0), w_hh, batch_sizes)
 
 
-def onlstm_forward(
-    xs: Tensor, w_ih: Tensor, bias: Tensor, w_hh: Tensor, batch_sizes: List[int],
-    hidden: int, chunk_size: int, save: bool,
-) -> Tuple[Tensor, Tensor, Tensor]:
-    """:func:`.cpu_cell.onlstm_forward`'s arguments and results (the gates one
-    ``[D, N, G]`` tensor), one matmul and one fused kernel per step."""
-    num_dir = xs.size(0)
-    xg, acts = gate_buffers(xs, w_ih, bias, save)
-    cells, out = state_buffers(xs, batch_sizes, hidden, save)
+def forward_steps(xg: Tensor, acts: Tensor, cells: Tensor, out: Tensor, w_hh: Tensor, batch_sizes: List[int],
+                  hidden: int, chunk_size: int, save: bool) -> None:
+    """The steps of :func:`onlstm_forward`, one matmul and one fused kernel
+    each, in the buffers of :func:`.packed.gate_buffers` and
+    :func:`.packed.state_buffers` (the input projections ``xg`` already in)."""
+    num_dir = xg.size(0)
     shape = _shape(hidden, chunk_size)
     start = 0
     prev = 0
@@ -440,24 +438,33 @@ def onlstm_forward(
         )
         prev = start
         start = stop
+
+
+def onlstm_forward(
+    xs: Tensor, w_ih: Tensor, bias: Tensor, w_hh: Tensor, batch_sizes: List[int],
+    hidden: int, chunk_size: int, save: bool,
+) -> Tuple[Tensor, Tensor, Tensor]:
+    """:func:`.cpu_cell.onlstm_forward`'s arguments and results (the gates one
+    ``[D, N, G]`` tensor), one matmul and one fused kernel per step."""
+    xg, acts = gate_buffers(xs, w_ih, bias, save)
+    cells, out = state_buffers(xs, batch_sizes, hidden, save)
+    forward_steps(xg, acts, cells, out, w_hh, batch_sizes, hidden, chunk_size, save)
     return out, acts, cells
 
 
-def onlstm_backward(
-    grad_hs: Tensor, w_hh: Tensor, hs: Tensor, acts: Tensor, cells: Tensor,
-    batch_sizes: List[int], hidden: int, chunk_size: int,
-) -> Tuple[Tensor, Tensor]:
-    """:func:`.cpu_cell.onlstm_backward`'s arguments and results, one fused
-    kernel and one matmul per step."""
+def backward_steps(grad_hs: Tensor, w_hh: Tensor, acts: Tensor, cells: Tensor, grad_xg: Tensor,
+                   batch_sizes: List[int], hidden: int, chunk_size: int) -> None:
+    """The steps of :func:`onlstm_backward`, last first, one fused kernel and
+    one matmul each: the gate gradients into ``grad_xg``
+    (:func:`gate_gradient_buffer`)."""
     num_dir = acts.size(0)
     steps = len(batch_sizes)
-    grad_xg = _gate_gradient_buffer(acts, hs)
     if steps == 0:
-        return grad_xg, torch.zeros_like(w_hh)
+        return
     w_t = w_hh.transpose(1, 2).contiguous()  # [D, G, hidden]
     starts = step_starts(batch_sizes)
     shape = _shape(hidden, chunk_size)
-    dc = torch.zeros(num_dir, batch_sizes[0], hidden, dtype=torch.float32, device=hs.device)
+    dc = torch.zeros(num_dir, batch_sizes[0], hidden, dtype=torch.float32, device=acts.device)
     rec = grad_hs
     for t in range(steps - 1, -1, -1):
         start, n = starts[t], batch_sizes[t]
@@ -470,7 +477,17 @@ def onlstm_backward(
         )
         if t > 0:
             rec = torch.bmm(grad_xg[:, start : start + n], w_t)  # [D, n, hidden]: dh from step t into t - 1
-    return grad_xg, _weight_gradient(grad_xg, acts, hs, w_hh, batch_sizes)
+
+
+def onlstm_backward(
+    grad_hs: Tensor, w_hh: Tensor, hs: Tensor, acts: Tensor, cells: Tensor,
+    batch_sizes: List[int], hidden: int, chunk_size: int,
+) -> Tuple[Tensor, Tensor]:
+    """:func:`.cpu_cell.onlstm_backward`'s arguments and results, one fused
+    kernel and one matmul per step."""
+    grad_xg = gate_gradient_buffer(acts, hs)
+    backward_steps(grad_hs, w_hh, acts, cells, grad_xg, batch_sizes, hidden, chunk_size)
+    return grad_xg, weight_gradient(grad_xg, acts, hs, w_hh, batch_sizes)
 
 
 def _dot_precision(dtype: torch.dtype) -> str:
@@ -556,7 +573,7 @@ def onlstm_backward_persistent(
     launch on a GPU (:func:`_recurrence_backward`)."""
     num_dir = acts.size(0)
     steps = len(batch_sizes)
-    grad_xg = _gate_gradient_buffer(acts, hs)
+    grad_xg = gate_gradient_buffer(acts, hs)
     if steps == 0:
         return grad_xg, torch.zeros_like(w_hh)
     shape = _persistent_shape(hidden, chunk_size, num_dir, batch_sizes[0], _multiprocessors(hs.device))
@@ -578,4 +595,4 @@ def onlstm_backward_persistent(
         for s in range(steps):
             launch(s, s + 1, MATMUL=False, CELL=True)
             launch(s, s + 1, MATMUL=True, CELL=False)
-    return grad_xg, _weight_gradient(grad_xg, acts, hs, w_hh, batch_sizes)
+    return grad_xg, weight_gradient(grad_xg, acts, hs, w_hh, batch_sizes)
