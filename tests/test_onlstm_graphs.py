@@ -182,3 +182,13 @@ def test_the_least_recently_used_graph_goes_first(monkeypatch):
         assert_same(graphed, reference, x, lengths)
     slot = cuda_graphs._SLOTS[x.device][0]
     assert [(key[0], len(key[1])) for key in slot.graphs] == [("backward", 8), ("forward", 16), ("backward", 16)]
+
+
+def test_a_slot_made_under_inference_mode_serves_training():
+    """Buffers made in ``torch.inference_mode`` (a decoding run first) would be
+    inference tensors, which autograd cannot save: the slot makes plain ones."""
+    graphed, reference = layers()
+    x, lengths = batch([5, 3], 0)
+    with torch.inference_mode():
+        torch.testing.assert_close(graphed[0](x, lengths), reference[0](x, lengths), atol=2e-5, rtol=1e-4)
+    assert_same(graphed, reference, x, lengths)

@@ -77,7 +77,8 @@ class _Slot:
             numel = math.prod(shape)
             flat = self.flat.get(name)
             if flat is None or flat.numel() < numel:
-                flat = self.flat[name] = torch.empty(numel, dtype=dtype, device=device)
+                with torch.inference_mode(False):  # a plain tensor, which training may write and save
+                    flat = self.flat[name] = torch.empty(numel, dtype=dtype, device=device)
                 stale = PHASES[PHASES.index(phase):]  # the graphs that read this phase's buffers
                 for key in [key for key in self.graphs if key[0] in stale]:
                     del self.graphs[key]
