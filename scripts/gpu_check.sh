@@ -22,7 +22,7 @@
 #            recurrent layers (about 4 minutes on an H200).
 # bench      fairseq-posattn-bench --device cuda --no-decode --repeats 20, every
 #            row and the kernel comparisons (P-sdpa, R-sdpa, bilan-sdpa,
-#            shawkeys-sdpa, shaw-explicit, struct-explicit, conv2d-triton,
+#            shawkeys-sdpa, shaw-explicit, struct-explicit, conv2d-triton, conv1d-triton,
 #            onlstm-san-persistent, onlstm-san-graph), in fp16 and bf16,
 #            at the defaults (B=32, T=64) and at --batch 64 --length 64 (about
 #            4,096 tokens a batch): bench_{fp16,bf16}_b{32,64}.{txt,json}.
@@ -30,16 +30,16 @@
 #            BENCH_ROWS the rows (comma-separated labels; default every row).
 #            If a row fails (a Triton kernel that does not compile on this card),
 #            the others are measured again without the Triton rows (conv2d-triton,
-#            onlstm-san-persistent, onlstm-san-graph).
+#            conv1d-triton, onlstm-san-persistent, onlstm-san-graph).
 # recurrent  fairseq-posattn-bench-recurrent --device cuda --repeats 20 in
 #            float32, fp16 and bf16 (the ON-LSTM layer: per-step kernels, persistent
 #            kernels, per-step kernels replayed from CUDA graphs; against cuDNN's LSTM):
 #            bench_recurrent_{fp32,fp16,bf16}.{txt,json}; RECURRENT_PRECISIONS picks them.
 #            If it fails, it runs again with the per-step kernels only (--kernels '').
 # profile    fairseq-posattn-bench --device cuda --fp16 --profile ROW for the rows
-#            above their targets (temp, bilan, conv1d, conv2d, shaw, struct,
-#            onlstm-san, stock-deep): where an update's time goes, on the CPU
-#            side and on the GPU: profile_ROW.txt.
+#            above their targets (temp, bilan, conv1d, conv1d-triton, conv2d, shaw,
+#            struct, onlstm-san, onlstm-san-graph, stock-deep): where an update's time
+#            goes, on the CPU side and on the GPU: profile_ROW.txt.
 #
 # It needs a CUDA build of torch with this package installed (docs/setup.md,
 # "GPU"); PYTHON names the interpreter (default python3). gpu.txt names the
@@ -98,6 +98,7 @@ for step in $STEPS; do
             if ! "$PYTHON" -m fairseq_posattn.bench.models "${flags[@]}" --rows "$rows" 2>&1 | tee "$OUT/$name.txt"; then
                 status=1  # most likely a Triton kernel that does not compile here: the other rows still get measured
                 fallback="${rows//,conv2d-triton/}"
+                fallback="${fallback//,conv1d-triton/}"
                 fallback="${fallback//,onlstm-san-persistent/}"
                 "$PYTHON" -m fairseq_posattn.bench.models "${flags[@]}" --rows "${fallback//,onlstm-san-graph/}" \
                     | tee -a "$OUT/$name.txt" || true
@@ -117,7 +118,7 @@ for step in $STEPS; do
         done
         ;;
     profile)
-        for row in temp bilan conv1d conv2d shaw struct onlstm-san stock-deep; do
+        for row in temp bilan conv1d conv1d-triton conv2d shaw struct onlstm-san onlstm-san-graph stock-deep; do
             "$PYTHON" -m fairseq_posattn.bench.models --device cuda --fp16 --profile "$row" > "$OUT/profile_$row.txt" 2>&1 \
                 || status=1
         done

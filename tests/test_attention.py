@@ -293,8 +293,8 @@ def test_auto_hands_trainable_score_terms_to_sdpa_on_cuda_in_half_precision(dtyp
     ("sdpa", "shaw", "does not return the probabilities"),
     ("triton", "P", "compute Shaw relative keys and values alone"),
     ("triton", "shaw_keys_only", "compute Shaw relative keys and values alone"),
-    ("triton", "conv1d", "or the 2d convolved attention without value terms"),
-    ("triton", "everything_2d", "or the 2d convolved attention without value terms"),
+    ("triton", "everything_1d", "or the convolved attention without value terms"),
+    ("triton", "everything_2d", "or the convolved attention without value terms"),
 ])
 def test_a_kernel_that_cannot_compute_the_terms_is_refused_at_build(kernel, name, says):
     with pytest.raises(ValueError, match=f"--encoder-attention-kernel {kernel}: .*{says}"):

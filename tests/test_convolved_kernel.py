@@ -1,8 +1,9 @@
-"""The Triton kernels of the 2d convolved attention (``modules/convolved_kernel.py``)
-against the layer's explicit path: values and every gradient (the input, the
-projections, the filters and biases, the score terms'), pads anywhere and
-sentences without a real token, lengths that fill no block, half precision,
-dropout with the kernels' own mask, and which layers take them.
+"""The Triton kernels of the 1d and 2d convolved attention
+(``modules/convolved_kernel.py``) against the layer's explicit path: values
+and every gradient (the input, the projections, the filters and biases, the
+score terms'), pads anywhere and sentences without a real token, lengths that
+fill no block, lengths past the 1d table, half precision, dropout with the
+kernels' own mask, and which layers take them.
 
 On a machine without a GPU the kernels run in Triton's interpreter on the
 CPU (``TRITON_INTERPRET=1``, set by conftest.py); on CUDA, compiled
@@ -34,19 +35,28 @@ LAYERS = {
     "conv2d+shaw-keys+bilan": dict(convolved_attention="2d", relative_positions=True, max_relative_position=2,
                                    no_relative_values=True, query_relative_positions=True,
                                    query_relative_clip=3),
+    "conv1d": dict(convolved_attention="1d", interaction_max_len=32),
+    "conv1d+R+temperature": dict(convolved_attention="1d", position_interactions="R", interaction_max_len=32,
+                                 learnable_temperature=True),
+    "conv1d-past-the-table": dict(convolved_attention="1d", interaction_max_len=12, interaction_overflow="clamp"),
 }
+
+
+def kernel_of(layer):
+    return "conv1d_kernel" if LAYERS[layer]["convolved_attention"] == "1d" else "conv2d_kernel"
 
 
 @pytest.mark.parametrize("padding", sorted(PADDINGS))
 @pytest.mark.parametrize("layer", sorted(LAYERS))
 def test_the_kernels_are_the_explicit_path(layer, padding):
-    assert_kernel_is_the_explicit_path(LAYERS[layer], padding, "conv2d_kernel")
+    assert_kernel_is_the_explicit_path(LAYERS[layer], padding, kernel_of(layer))
 
 
+@pytest.mark.parametrize("layer", ["conv2d+P+temperature", "conv1d+R+temperature"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_half_precision_is_the_explicit_path_to_its_rounding(dtype):
+def test_half_precision_is_the_explicit_path_to_its_rounding(dtype, layer):
     length, mask = PADDINGS["right-padded"]
-    attn, explicit = flash_and_explicit(LAYERS["conv2d+P+temperature"], dtype=dtype)
+    attn, explicit = flash_and_explicit(LAYERS[layer], dtype=dtype)
     x = torch.randn(length, 3, attn.embed_dim, dtype=torch.float64, device=DEVICE)
     mask = mask.to(DEVICE)
     out, _ = attn(x.to(dtype), key_padding_mask=mask)
@@ -57,58 +67,75 @@ def test_half_precision_is_the_explicit_path_to_its_rounding(dtype):
     torch.testing.assert_close(out.double() * real, expected * real, atol=tolerance, rtol=tolerance)
 
 
-def test_dropout_is_the_explicit_maps_with_the_kernels_mask():
+@pytest.mark.parametrize("layer", ["conv2d", "conv1d"])
+def test_dropout_is_the_explicit_maps_with_the_kernels_mask(layer):
     """In training the kernels drop entries of ``A'`` by their Philox mask:
-    the output is ``(A' * keep / (1 - p)) V`` with the explicit path's ``A'``."""
+    the output is ``(A' * keep / (1 - p)) V`` with the explicit path's ``A'``,
+    and so are the gradients of the input and of the filters."""
     length, mask = PADDINGS["right-padded"]
-    attn, explicit = flash_and_explicit(LAYERS["conv2d"], dropout=0.25)
+    attn, explicit = flash_and_explicit(LAYERS[layer], dropout=0.25)
     attn.train()
     explicit.eval()
     mask = mask.to(DEVICE)
     x = torch.randn(length, 3, attn.embed_dim, dtype=torch.float64, device=DEVICE)
+    real = ~mask.t()[:, :, None]
+    weighting = torch.randn(length, 3, attn.embed_dim, dtype=torch.float64, device=DEVICE) * real
     torch.manual_seed(11)
-    out, _ = attn(x.float(), key_padding_mask=mask)
+    x32 = x.float().requires_grad_()
+    out, _ = attn(x32, key_padding_mask=mask)
+    (out.double() * weighting).sum().backward()
     torch.manual_seed(11)
     seed = draw_seed()  # what the layer drew
     keep = dropout_keep(seed, 0.25, 3 * attn.num_heads, length, DEVICE).view(3, attn.num_heads, length, length)
-    _, maps = explicit(x, key_padding_mask=mask, need_weights=True)
-    q, k, v = explicit._project(x)
+    x64 = x.clone().requires_grad_()
+    _, maps = explicit(x64, key_padding_mask=mask, need_weights=True)
+    q, k, v = explicit._project(x64)
     values = torch.matmul(maps * keep / 0.75, v).permute(2, 0, 1, 3).reshape(length, 3, attn.embed_dim)
     expected = explicit.out_proj(values)
-    real = ~mask.t()[:, :, None]
+    (expected * weighting).sum().backward()
     assert 0.15 < 1 - keep.float().mean() < 0.35
     torch.testing.assert_close(out.double() * real, expected * real, atol=2e-5, rtol=2e-4)
+    torch.testing.assert_close(x32.grad.double(), x64.grad, atol=2e-5, rtol=2e-4)
+    for got, want in zip(attn.probability_terms[0].parameters(), explicit.probability_terms[0].parameters()):
+        torch.testing.assert_close(got.grad.double(), want.grad, atol=2e-5, rtol=2e-4)
 
 
-# layer options -> the kernels serve it (under --encoder-attention-kernel triton)
+# layer options -> the kernel that serves it (under --encoder-attention-kernel triton), or None
 TAKES_THE_KERNELS = {
-    "conv2d": True,
-    "conv2d+P+temperature": True,
-    "conv2d+shaw-keys+bilan": True,
-    "conv1d": False,  # a t x t filter per offset: a matmul, not a stencil
-    "everything_2d": False,  # Shaw values read the convolved map
+    "conv2d": "conv2d_kernel",
+    "conv2d+P+temperature": "conv2d_kernel",
+    "conv2d+shaw-keys+bilan": "conv2d_kernel",
+    "conv1d": "conv1d_kernel",
+    "conv1d+R+temperature": "conv1d_kernel",
+    "everything_1d": None,  # Shaw values read the convolved map
+    "everything_2d": None,
 }
 
 
 @pytest.mark.parametrize("name", sorted(TAKES_THE_KERNELS))
-def test_which_layers_take_the_kernels(name):
-    assert_takes_the_kernel(LAYERS.get(name) or OPTION_SETS[name], "conv2d_kernel", TAKES_THE_KERNELS[name])
+@pytest.mark.parametrize("path", ["conv1d_kernel", "conv2d_kernel"])
+def test_which_layers_take_the_kernels(name, path):
+    assert_takes_the_kernel(LAYERS.get(name) or OPTION_SETS[name], path, TAKES_THE_KERNELS[name] == path)
 
 
-def test_a_conv2d_model_on_the_kernels_through_the_flag():
-    """``transformer_posattn_conv2d --encoder-attention-kernel triton`` (left-padded
-    batch): the encoder's output and parameter gradients are those of the same
-    weights with ``explicit``."""
+@pytest.mark.parametrize("arch", ["transformer_posattn_conv2d", "transformer_posattn_conv1d"])
+def test_a_convolved_model_on_the_kernels_through_the_flag(arch):
+    """``--encoder-attention-kernel triton`` (left-padded batch): the encoder's
+    output and parameter gradients are those of the same weights with ``explicit``."""
     from fairseq_posattn.models.from_flags import build_model_from_flags
 
-    flags = ["--arch", "transformer_posattn_conv2d", "--encoder-layers", "2", "--decoder-layers", "1",
+    flags = ["--arch", arch, "--encoder-layers", "2", "--decoder-layers", "1",
              "--encoder-embed-dim", "16", "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "16",
              "--decoder-ffn-embed-dim", "16", "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
              "--max-source-positions", "64", "--dropout", "0", "--encoder-attention-kernel"]
-    tokens = torch.randint(4, 50, (2, 9))
+    generator = torch.Generator().manual_seed(0)
+    tokens = torch.randint(4, 50, (2, 9), generator=generator)
     tokens[1, :3] = 1  # left padding
     tokens[:, -1] = 2
     lengths = torch.tensor([9, 6])
+    # a random weighting of the output: the gradients of out.pow(2).sum() through the
+    # final layer norm nearly cancel, and float32 would keep little of them on either path
+    weighting = torch.randn(9, 2, 16, generator=generator).to(DEVICE)
     results = []
     for kernel in ("explicit", "triton"):
         torch.manual_seed(0)
@@ -116,6 +143,7 @@ def test_a_conv2d_model_on_the_kernels_through_the_flag():
         assert all(layer.self_attn.kernel == kernel for layer in model.encoder.layers)
         encoder = model.encoder.to(DEVICE).train()
         out = encoder(tokens.to(DEVICE), lengths.to(DEVICE))["encoder_out"][0]
-        results.append([out, *torch.autograd.grad(out.pow(2).sum(), list(encoder.parameters()))])
-    for got, expected in zip(results[1], results[0]):
-        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
+        results.append([out, *torch.autograd.grad((out * weighting).sum(), list(encoder.parameters()))])
+    names = ["output"] + [name for name, _ in model.encoder.named_parameters()]
+    for name, got, expected in zip(names, results[1], results[0]):
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4, msg=name)

@@ -10,7 +10,7 @@ record of its arguments (the ON-LSTM told it runs on a 132-multiprocessor
 GPU, as an H100 or H200), and compiles every distinct launch for ``sm_90``:
 the ON-LSTM at d=512 (chunk size 1 and 4, per step and persistent, float16
 and float32), Shaw's relative attention with two position sets and dropout,
-and the 2d convolved attention, in float16.
+and the 1d and 2d convolved attention, in float16.
 """
 
 import os
@@ -30,7 +30,7 @@ COMPILE = textwrap.dedent('''
     from triton.compiler import ASTSource
     from triton.runtime.jit import JITFunction
 
-    from fairseq_posattn.modules.convolved_kernel import convolved_attention_2d
+    from fairseq_posattn.modules.convolved_kernel import convolved_attention_1d, convolved_attention_2d
     from fairseq_posattn.modules.onlstm import triton_steps
     from fairseq_posattn.modules.relative_flash import bucket_dtype, relative_flash_attention
 
@@ -88,6 +88,9 @@ COMPILE = textwrap.dedent('''
     logits = torch.randn(batch, heads, length, length, dtype=torch.float16, requires_grad=True)
     convolved_attention_2d(logits, pads, torch.randn(heads, 1, 3, 3, requires_grad=True),
                            torch.randn(heads, requires_grad=True), 0.1, 1, torch.float16).float().sum().backward()
+    convolved_attention_1d(logits, pads, torch.randn(heads, 3, length, length, requires_grad=True),
+                           torch.randn(heads, length, requires_grad=True), 0.1, 1,
+                           torch.float16).float().sum().backward()
 
     for fn, args, kwargs in launches.values():
         triton.compile(source(fn, args, kwargs), target=GPUTarget("cuda", 90, 32))

@@ -106,6 +106,8 @@ ROWS = [
              by_default=False),
     BenchRow("conv2d-triton", "transformer_posattn_conv2d", ["--encoder-attention-kernel", "triton"],
              by_default=False),
+    BenchRow("conv1d-triton", "transformer_posattn_conv1d", ["--encoder-attention-kernel", "triton"],
+             by_default=False),
     # the hybrid with its recurrence in one launch per layer, or replayed from CUDA graphs (CUDA),
     # against the per-step kernels
     BenchRow("onlstm-san-persistent", "onlstm_san_transformer", ["--encoder-recurrent-kernel", "persistent"],

@@ -21,9 +21,9 @@ terms:
 
 * ``triton``: a Triton kernel for the layer's terms: Shaw relative keys and
   values (one or two position sets, no other term) inside the flash-style
-  attention of :mod:`.relative_flash`, or the 2d convolved attention (after
-  any score terms, without value terms) with its softmax, masks and dropout
-  in :mod:`.convolved_kernel`; ``auto`` takes those of
+  attention of :mod:`.relative_flash`, or the 1d or 2d convolved attention
+  (after any score terms, without value terms) with its softmax, masks and
+  dropout in :mod:`.convolved_kernel`; ``auto`` takes those of
   :data:`AUTO_TRITON_KERNELS` on CUDA where Triton is installed;
 * ``sdpa``: PyTorch's ``scaled_dot_product_attention`` with the score terms
   and the padding as its additive mask (cast to the query's dtype, which it
@@ -52,7 +52,7 @@ from torch import Tensor, nn
 
 from . import convolved_kernel, relative_flash
 from .attention_context import AttentionContext
-from .convolved_attention import ConvolvedAttention2d
+from .convolved_attention import ConvolvedAttention1d, ConvolvedAttention2d
 from .precision import at_least_float32
 
 logger = logging.getLogger(__name__)
@@ -61,6 +61,9 @@ ATTENTION_KERNELS = ("auto", "explicit", "sdpa", "triton")
 # the Triton kernels that ``auto`` takes on CUDA: those that have passed their tests compiled on a
 # GPU (scripts/gpu_check.sh) and measured at least as fast as the explicit path there (docs/benchmarks.md)
 AUTO_TRITON_KERNELS = ("shaw_kernel", "conv2d_kernel")
+# the convolved attention's kernels, by path
+CONVOLVED_KERNELS = {"conv1d_kernel": convolved_kernel.convolved_attention_1d,
+                     "conv2d_kernel": convolved_kernel.convolved_attention_2d}
 # where ``auto`` hands trainable score terms to PyTorch's fused attention: on CUDA in these dtypes,
 # where it measured at least as fast as the explicit path (docs/benchmarks.md)
 AUTO_SDPA_WITH_GRAD_DTYPES = (torch.float16, torch.bfloat16)
@@ -213,11 +216,10 @@ class PositionAwareSelfAttention(nn.Module):
         weights = None
         if path == "shaw_kernel":
             out = self._relative_flash(q, k, v, key_padding_mask, context)
-        elif path == "conv2d_kernel":
-            conv = self.probability_terms[0]
-            probs = convolved_kernel.convolved_attention_2d(
-                self._logits(q, k, bias), key_padding_mask, conv.weight, conv.bias, *self._kernel_dropout(), v.dtype
-            )
+        elif path in CONVOLVED_KERNELS:
+            probs = CONVOLVED_KERNELS[path](self._logits(q, k, bias), key_padding_mask,
+                                            *self.probability_terms[0].filters(length), *self._kernel_dropout(),
+                                            v.dtype)
             out = torch.matmul(probs, v)
         elif path == "sdpa":
             out = F.scaled_dot_product_attention(
@@ -252,8 +254,8 @@ class PositionAwareSelfAttention(nn.Module):
         return logits if bias is None else logits + bias
 
     def _path(self, q: Tensor, need_weights: bool) -> str:
-        """What computes this call: ``"shaw_kernel"`` or ``"conv2d_kernel"``
-        (``triton``), ``"sdpa"`` or ``"explicit"`` (the module's docstring
+        """What computes this call: ``"shaw_kernel"``, ``"conv1d_kernel"`` or
+        ``"conv2d_kernel"`` (``triton``), ``"sdpa"`` or ``"explicit"`` (the module's docstring
         gives the rules; this is the only place that applies them)."""
         if need_weights or self.kernel == "explicit":
             return "explicit"
@@ -349,8 +351,8 @@ def kernel_unavailable(
         return "it needs the triton package (pip install triton)"
     if kernel == "triton" and triton_kernel(score_terms, probability_terms, value_terms) is None:
         return ("the Triton kernels compute Shaw relative keys and values alone (--relative-positions, "
-                "--structural-relative-positions) or the 2d convolved attention without value terms "
-                "(--convolved-attention 2d), in every layer: use auto, explicit or sdpa")
+                "--structural-relative-positions) or the convolved attention without value terms "
+                "(--convolved-attention 1d or 2d), in every layer: use auto, explicit or sdpa")
     return None
 
 
@@ -359,11 +361,11 @@ def triton_kernel(
 ) -> Optional[str]:
     """The Triton kernel that computes a layer with these terms, or None:
     ``"shaw_kernel"`` (:mod:`.relative_flash`: Shaw keys and values of one or
-    two position sets, nothing else) or ``"conv2d_kernel"``
-    (:mod:`.convolved_kernel`: the 2d convolution after any score terms)."""
+    two position sets, nothing else), ``"conv1d_kernel"`` or ``"conv2d_kernel"``
+    (:mod:`.convolved_kernel`: the convolution after any score terms)."""
     if len(probability_terms) == 0 and relative_flash.shaw_pairs(score_terms, value_terms) is not None:
         return "shaw_kernel"
-    if (len(probability_terms) == 1 and type(probability_terms[0]) is ConvolvedAttention2d
-            and len(value_terms) == 0):
-        return "conv2d_kernel"
+    if len(probability_terms) == 1 and len(value_terms) == 0:
+        return {ConvolvedAttention1d: "conv1d_kernel", ConvolvedAttention2d: "conv2d_kernel"}.get(
+            type(probability_terms[0]))
     return None

@@ -164,7 +164,7 @@ class PositionAttentionConfig(EncoderOptions):
             "Shaw relative keys and values on CUDA, PyTorch's fused attention where no "
             "gradient reaches the score terms, the explicit steps otherwise), explicit, "
             "sdpa (PyTorch's fused attention, also with trainable score terms) or triton "
-            "(the Triton kernels: Shaw relative keys and values, or the 2d convolved "
+            "(the Triton kernels: Shaw relative keys and values, or the 1d or 2d convolved "
             "attention); a choice that cannot compute the layers' terms is refused"
         },
     )

@@ -45,16 +45,18 @@ class ConvolvedAttention1d(nn.Module):
         bound = math.sqrt(6.0 / (3 * max_len + 3 * max_len))
         nn.init.uniform_(self.weight, -bound, bound)
 
-    def forward(self, probs: Tensor, key_padding_mask, context: AttentionContext):
-        length = context.length
+    def filters(self, length: int):
+        """The filters ``[H, 3, T, T]`` and biases ``[H, T]`` of a ``T``-token
+        batch (past the table, the last row and column stand in)."""
         check_length(length, self.max_len, self.overflow)
         if length <= self.max_len:
-            weight = self.weight[:, :, :length, :length]
-            bias = self.bias[:, :length]
-        else:
-            rows = table_rows(length, self.max_len, self.weight.device)
-            weight = self.weight[:, :, rows][:, :, :, rows]
-            bias = self.bias[:, rows]
+            return self.weight[:, :, :length, :length], self.bias[:, :length]
+        rows = table_rows(length, self.max_len, self.weight.device)
+        return self.weight[:, :, rows][:, :, :, rows], self.bias[:, rows]
+
+    def forward(self, probs: Tensor, key_padding_mask, context: AttentionContext):
+        length = context.length
+        weight, bias = self.filters(length)
         heads = weight.size(0)
         with torch.autocast(probs.device.type, enabled=False):
             probs = _zero_padding(at_least_float32(probs), key_padding_mask, rows=True)
@@ -86,6 +88,10 @@ class ConvolvedAttention2d(nn.Module):
         self.bias = nn.Parameter(torch.zeros(num_heads))
         bound = math.sqrt(6.0 / (9 + 9))
         nn.init.uniform_(self.weight, -bound, bound)
+
+    def filters(self, length: int):
+        """The filters ``[H, 1, 3, 3]`` and biases ``[H]``, whatever the length."""
+        return self.weight, self.bias
 
     def forward(self, probs: Tensor, key_padding_mask, context: AttentionContext):
         with torch.autocast(probs.device.type, enabled=False):
