@@ -22,6 +22,7 @@ sentence).  On the CPU (Triton's interpreter, the tests) a recorded graph is
 the loop itself, run again at each replay.
 """
 
+import itertools
 import math
 import weakref
 from collections import OrderedDict
@@ -70,7 +71,7 @@ class _Slot:
         start of the flat buffer ``(phase, i, dtype)``, which grows when it is
         too small, dropping the graphs that read it (a backward reads its
         forward's buffers too)."""
-        count = iter(range(1 << 30))
+        count = itertools.count()
 
         def empty(shape, dtype: torch.dtype, device: torch.device) -> Tensor:
             name = (phase, next(count), dtype)
