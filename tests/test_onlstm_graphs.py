@@ -15,6 +15,7 @@ import torch
 pytest.importorskip("triton")
 
 from fairseq_posattn.modules.onlstm import cuda_graphs  # noqa: E402
+from fairseq_posattn.modules.onlstm.reference import reversal_index  # noqa: E402
 from fairseq_posattn.modules.recurrent import ONLSTM  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -82,7 +83,8 @@ def count_replays(monkeypatch):
 
 def test_the_batch_is_padded_to_the_bucket():
     layer, _ = layers()
-    in_rows, batch_sizes, packed_row = layer[0]._layout("graph", torch.tensor([5, 2, 3], device=DEVICE), 5, 3)
+    lengths = torch.tensor([5, 2, 3], device=DEVICE)
+    in_rows, batch_sizes, packed_row = layer[0]._layout("graph", lengths, reversal_index(lengths, 5), 5, 3)
     assert batch_sizes == [8] * 8
     assert in_rows.numel() == 2 * 64
     assert packed_row[4, 0] == 4 * 8 and packed_row[4, 1] == 64 and packed_row[2, 2] == 2 * 8 + 2

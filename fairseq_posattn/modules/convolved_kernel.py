@@ -76,6 +76,28 @@ if triton is not None:
         return acc
 
     @triton.jit
+    def _convolved_1d(P, W, bh, h, rows, cols, T, BLOCK_K: tl.constexpr, FLIP: tl.constexpr):
+        """``sum_a P[rows + a - 1, :] @ W[h, a]`` over a ``[rows, cols]`` tile
+        (``W [H, 3, T, T]``: offset, key in, key out); with ``FLIP`` the
+        transposed convolution ``sum_a P[rows - a + 1, :] @ W[h, a]^T``."""
+        acc = tl.zeros((rows.shape[0], cols.shape[0]), dtype=tl.float32)
+        depth = tl.arange(0, BLOCK_K)
+        for a in tl.static_range(3):
+            shift = 1 - a if FLIP else a - 1
+            for k0 in range(0, T, BLOCK_K):
+                k = k0 + depth
+                p = _shifted(P, bh, rows + shift, k, T)
+                inside = (k[:, None] < T) & (cols[None, :] < T)
+                if FLIP:  # W[h, a, cols, k]^T
+                    w = tl.load(W + ((h * 3 + a) * T + cols[None, :]).to(tl.int64) * T + k[:, None], mask=inside,
+                                other=0.0)
+                else:  # W[h, a, k, cols]
+                    w = tl.load(W + ((h * 3 + a) * T + k[:, None]).to(tl.int64) * T + cols[None, :], mask=inside,
+                                other=0.0)
+                acc += tl.dot(p, w, input_precision="ieee")
+        return acc
+
+    @triton.jit
     def _softmax_forward(L, PADS, P, T, H, HAS_PADS: tl.constexpr, BLOCK_M: tl.constexpr,
                          BLOCK_N: tl.constexpr):
         """``P = softmax(L)`` over the keys, padded keys masked first, then
@@ -165,29 +187,6 @@ if triton is not None:
         dl = p * (dp - tl.sum(p * dp, 1)[:, None])
         offsets, valid = _offsets(bh, rows, cols, T)
         tl.store(G_L + offsets, dl, mask=valid)
-
-
-    @triton.jit
-    def _convolved_1d(P, W, bh, h, rows, cols, T, BLOCK_K: tl.constexpr, FLIP: tl.constexpr):
-        """``sum_a P[rows + a - 1, :] @ W[h, a]`` over a ``[rows, cols]`` tile
-        (``W [H, 3, T, T]``: offset, key in, key out); with ``FLIP`` the
-        transposed convolution ``sum_a P[rows - a + 1, :] @ W[h, a]^T``."""
-        acc = tl.zeros((rows.shape[0], cols.shape[0]), dtype=tl.float32)
-        depth = tl.arange(0, BLOCK_K)
-        for a in tl.static_range(3):
-            shift = 1 - a if FLIP else a - 1
-            for k0 in range(0, T, BLOCK_K):
-                k = k0 + depth
-                p = _shifted(P, bh, rows + shift, k, T)
-                inside = (k[:, None] < T) & (cols[None, :] < T)
-                if FLIP:  # W[h, a, cols, k]^T
-                    w = tl.load(W + ((h * 3 + a) * T + cols[None, :]).to(tl.int64) * T + k[:, None], mask=inside,
-                                other=0.0)
-                else:  # W[h, a, k, cols]
-                    w = tl.load(W + ((h * 3 + a) * T + k[:, None]).to(tl.int64) * T + cols[None, :], mask=inside,
-                                other=0.0)
-                acc += tl.dot(p, w, input_precision="ieee")
-        return acc
 
 
 def _tiles(dims: int, length: int):

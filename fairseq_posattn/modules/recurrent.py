@@ -140,7 +140,8 @@ class ONLSTM(nn.Module):
         sentence), one gathers the output."""
         seq_len, bsz, dim = x.shape
         nd = self.num_directions
-        in_rows, batch_sizes, packed_row = self._layout(kernel, lengths, seq_len, bsz)
+        reverse = reversal_index(lengths, seq_len) if nd == 2 else None
+        in_rows, batch_sizes, packed_row = self._layout(kernel, lengths, reverse, seq_len, bsz)
         num_rows = sum(batch_sizes)
         xs = x.reshape(seq_len * bsz, dim).index_select(0, in_rows).view(nd, num_rows, dim)
         save = torch.is_grad_enabled() and any(t.requires_grad for t in (xs, w_ih, w_hh, bias))
@@ -150,15 +151,17 @@ class ONLSTM(nn.Module):
         # reversed position (pads stay in place)
         out_rows = [packed_row]
         if nd == 2:
-            out_rows.append(packed_row.gather(0, reversal_index(lengths, seq_len)) + (num_rows + 1))
+            out_rows.append(packed_row.gather(0, reverse) + (num_rows + 1))
         out_rows = torch.stack(out_rows, -1).view(-1)  # [T, B, D] rows of hs.view(D*(N+1), h)
         return hs.reshape(nd * (num_rows + 1), -1).index_select(0, out_rows).view(seq_len, bsz, -1)
 
-    def _layout(self, kernel: str, lengths: Tensor, seq_len: int, bsz: int) -> Tuple[Tensor, List[int], Tensor]:
+    def _layout(self, kernel: str, lengths: Tensor, reverse: Optional[Tensor], seq_len: int,
+                bsz: int) -> Tuple[Tensor, List[int], Tensor]:
         """Time-major rows, step ``t`` over ``batch_sizes[t]`` sentences: the
         rows of ``x.view(T*B, C)`` each direction reads (one tensor, direction 0
-        first), ``batch_sizes``, and the packed row of each ``[t, b]`` (``N``,
-        the zero row, at pads).
+        first; direction 1, if ``reverse`` (:func:`.onlstm.reference.reversal_index`)
+        is given, each sentence backwards), ``batch_sizes``, and the packed row
+        of each ``[t, b]`` (``N``, the zero row, at pads).
 
         Packed: the sentences sorted longest first, step ``t`` over those
         longer than ``t``, so no pad is computed.  On the ``graph`` path the
@@ -174,7 +177,7 @@ class ONLSTM(nn.Module):
             b_idx = torch.arange(rows, device=device).repeat(num_steps)
             real = (t_idx < seq_len) & (b_idx < bsz)
             t_idx, b_idx = t_idx.clamp(max=seq_len - 1), b_idx.clamp(max=bsz - 1)
-            src_t = [t_idx, reversal_index(lengths, seq_len)[t_idx, b_idx]][: self.num_directions]
+            src_t = [t_idx] if reverse is None else [t_idx, reverse[t_idx, b_idx]]
             in_rows = torch.cat([torch.where(real, s * bsz + b_idx, 0) for s in src_t])
             tokens = steps.unsqueeze(1) < lengths.unsqueeze(0)  # [T, B]
             packed_row = steps.unsqueeze(1) * rows + torch.arange(bsz, device=device)
@@ -185,7 +188,7 @@ class ONLSTM(nn.Module):
         num_rows = t_idx.numel()
         batch_sizes = [n for n in valid.sum(1).tolist() if n > 0]
         b_idx = order[k_idx]
-        src_t = [t_idx, sorted_lengths[k_idx] - 1 - t_idx][: self.num_directions]
+        src_t = [t_idx] if reverse is None else [t_idx, sorted_lengths[k_idx] - 1 - t_idx]
         in_rows = torch.cat([s * bsz + b_idx for s in src_t])
         packed_row = torch.full((seq_len, bsz), num_rows, dtype=torch.long, device=device)
         packed_row[t_idx, b_idx] = torch.arange(num_rows, device=device)

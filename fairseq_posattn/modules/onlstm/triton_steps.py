@@ -1,11 +1,21 @@
-"""The ON-LSTM recurrence on CUDA: per time step one matmul (cuBLAS) and one
-fused Triton kernel for the gate arithmetic of :func:`.reference.onlstm_cell`
-(Hao et al. 2019, Eq. 3-9, cumax included) and the cell update, forward and a
-hand-written backward.  One program handles one row (one sentence, one
-direction) and keeps each gate's ``hidden`` units as a ``[n_chunk,
-chunk_size]`` tile, so a master unit covers its chunk by broadcasting.  The
-gate arithmetic and the cell state are float32; the pre-activations are
-summed in float32 from the input projection and the recurrent matmul.
+"""The ON-LSTM recurrence on CUDA: the gate arithmetic of
+:func:`.reference.onlstm_cell` (Hao et al. 2019, Eq. 3-9, cumax included)
+and the cell update, forward and a hand-written backward, in two forms:
+
+* ``kernel="triton"``: per time step one matmul (cuBLAS) and one fused
+  kernel (:func:`onlstm_forward`, :func:`onlstm_backward`; their step loops,
+  :func:`forward_steps` and :func:`backward_steps`, are what
+  :mod:`.cuda_graphs` records); one program handles one row (one sentence,
+  one direction);
+* ``kernel="persistent"``: every step of a layer in one launch each way, the
+  programs sharing each step's matmul and rows with a barrier between
+  phases (:func:`onlstm_forward_persistent`, :func:`onlstm_backward_persistent`).
+
+Both run the same row arithmetic (:func:`_row_forward`, :func:`_row_backward`),
+which keeps each gate's ``hidden`` units as a ``[n_chunk, chunk_size]`` tile,
+so a master unit covers its chunk by broadcasting.  The gate arithmetic and
+the cell state are float32; the pre-activations are summed in float32 from
+the input projection and the recurrent matmul.
 
 Triton is optional (:data:`triton` is None without it).  The tests run these
 kernels on the CPU through Triton's interpreter (``TRITON_INTERPRET=1``).
