@@ -71,6 +71,7 @@ print(torch.cuda.get_device_name(), "| torch", torch.__version__, "| CUDA", torc
       "| cuDNN", torch.backends.cudnn.version(), "| fairseq", fairseq.__version__, "| commit", commit or "unknown")
 PY
 TRITON_TESTS="tests/test_onlstm_triton.py tests/test_onlstm_graphs.py tests/test_relative_flash.py tests/test_convolved_kernel.py"
+TRITON_ROWS="conv2d-triton conv1d-triton onlstm-san-persistent onlstm-san-graph"  # the bench rows on Triton kernels
 status=0  # a failing test does not stop the benchmarks; the script's exit status reports it
 for step in $STEPS; do
     echo "== gpu_check.sh: $step, from ${SECONDS}s"
@@ -97,10 +98,9 @@ for step in $STEPS; do
             flags=(--device cuda --"$precision" --batch "$batch" --length 64 --no-decode --repeats 20 --json "$OUT/$name.json")
             if ! "$PYTHON" -m fairseq_posattn.bench.models "${flags[@]}" --rows "$rows" 2>&1 | tee "$OUT/$name.txt"; then
                 status=1  # most likely a Triton kernel that does not compile here: the other rows still get measured
-                fallback="${rows//,conv2d-triton/}"
-                fallback="${fallback//,conv1d-triton/}"
-                fallback="${fallback//,onlstm-san-persistent/}"
-                "$PYTHON" -m fairseq_posattn.bench.models "${flags[@]}" --rows "${fallback//,onlstm-san-graph/}" \
+                fallback=()
+                for row in ${rows//,/ }; do [[ " $TRITON_ROWS " == *" $row "* ]] || fallback+=("$row"); done
+                "$PYTHON" -m fairseq_posattn.bench.models "${flags[@]}" --rows "$(IFS=,; echo "${fallback[*]}")" \
                     | tee -a "$OUT/$name.txt" || true
             fi
         done

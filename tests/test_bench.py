@@ -157,6 +157,16 @@ def test_recurrent_bench_reports_each_rows_per_repeat_range(capsys):
     assert "ratio [per repeat]" in capsys.readouterr().out
 
 
+def test_recurrent_bench_takes_the_candidate_kernels_and_refuses_others(capsys):
+    parser = recurrent.get_parser()
+    assert parser.parse_args([]).kernels == ["persistent", "graph"]
+    assert parser.parse_args(["--kernels", "graph"]).kernels == ["graph"]
+    assert parser.parse_args(["--kernels", ""]).kernels == []
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--kernels", "graph,cudnn"])
+    assert "cudnn: not one of persistent, graph" in capsys.readouterr().err
+
+
 def test_checkpoint_bench_times_verifying_and_loading_round_by_round(tmp_path):
     import torch
 

@@ -17,6 +17,7 @@ from test_recurrent import HIDDEN
 from fairseq_posattn.bench import models as bench
 from fairseq_posattn.models.from_flags import stand_in_dictionary
 from fairseq_posattn.modules import PositionAwareSelfAttention
+from fairseq_posattn.modules.onlstm import kernels
 from fairseq_posattn.modules.recurrent import ONLSTM
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -75,7 +76,7 @@ def cpu_paths(model):
     switched = [(m, "explicit") for m in model.modules()
                 if isinstance(m, PositionAwareSelfAttention) and m.kernel == "triton"]
     switched += [(m, "auto") for m in model.modules()
-                 if isinstance(m, ONLSTM) and m.kernel in ("triton", "persistent", "graph")]
+                 if isinstance(m, ONLSTM) and m.kernel in kernels.TRITON_KERNELS]
     kernels = [m.kernel for m, _ in switched]
     for m, kernel in switched:
         m.kernel = kernel

@@ -393,7 +393,7 @@ def test_an_explicit_kernel_that_cannot_run_is_refused_at_build(monkeypatch):
     with pytest.raises(ValueError, match="--encoder-recurrent-kernel apply to --encoder-recurrent-cell onlstm"):
         RecurrentLayer(D_MODEL, "lstm", kernel="reference")
     monkeypatch.setattr(triton_steps, "triton", None)
-    for kernel in ("triton", "persistent", "graph"):
+    for kernel in kernels.TRITON_KERNELS:
         with pytest.raises(ValueError, match=f"--encoder-recurrent-kernel {kernel}: it needs the triton package"):
             ONLSTM(D_MODEL, HIDDEN, kernel=kernel)
     monkeypatch.setattr(cpu_cell, "_loaded", {"reason": "the C++ cell is not built: run fairseq-posattn-build-cell"})

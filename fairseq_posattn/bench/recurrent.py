@@ -48,13 +48,26 @@ import argparse
 import json
 import statistics
 import time
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
 
 import torch
 
 from fairseq_posattn.bench.timing import ratio_range, synchronize
 from fairseq_posattn.modules.onlstm import kernels
 from fairseq_posattn.modules.recurrent import RecurrentLayer
+
+
+# the ON-LSTM kernels that --kernels times besides the per-step one on CUDA, and their rows
+CANDIDATES = {"persistent": "ON-LSTM, persistent", "graph": "ON-LSTM, CUDA graphs"}
+
+
+def candidate_kernels(text: str) -> List[str]:
+    """``--kernels``: comma-separated names of :data:`CANDIDATES`."""
+    names = [name for name in text.split(",") if name]
+    unknown = [name for name in names if name not in CANDIDATES]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"{', '.join(unknown)}: not one of {', '.join(CANDIDATES)}")
+    return names
 
 
 def get_parser():
@@ -74,7 +87,7 @@ def get_parser():
                            default=torch.float32, help="every row's weights and inputs in float16")
     precision.add_argument("--bf16", dest="dtype", action="store_const", const=torch.bfloat16,
                            help="every row's weights and inputs in bfloat16")
-    p.add_argument("--kernels", default="persistent,graph",
+    p.add_argument("--kernels", type=candidate_kernels, default="persistent,graph",
                    help="on CUDA, the ON-LSTM kernels timed besides the per-step one, comma-separated "
                         "(default: persistent,graph; '' for none)")
     p.add_argument("--profile", action="store_true",
@@ -107,8 +120,7 @@ def build(args):
     layers = [("LSTM layer", "lstm", "auto"), ("ON-LSTM layer", "onlstm", "auto")]
     fast = kernels.choose("auto", x.device, x.dtype)
     if fast == "triton":
-        labels = {"persistent": "ON-LSTM, persistent", "graph": "ON-LSTM, CUDA graphs"}
-        layers += [(labels[kernel], "onlstm", kernel) for kernel in args.kernels.split(",") if kernel]
+        layers += [(CANDIDATES[kernel], "onlstm", kernel) for kernel in args.kernels]
     if fast != "reference":
         layers.append(("ON-LSTM, reference", "onlstm", "reference"))
     for label, cell, kernel in layers:

@@ -28,9 +28,10 @@ import torch
 
 from . import cpu_cell, triton_steps
 
-__all__ = ["KERNELS", "check", "choose", "describe"]
+__all__ = ["KERNELS", "TRITON_KERNELS", "check", "choose", "describe"]
 
 KERNELS = ("auto", "reference", "cpu", "triton", "persistent", "graph", "compile")
+TRITON_KERNELS = ("triton", "persistent", "graph")  # those that run Triton kernels
 
 
 def unavailable(kernel: str) -> Optional[str]:
@@ -39,7 +40,7 @@ def unavailable(kernel: str) -> Optional[str]:
         return f"it is not one of {', '.join(KERNELS)}"
     if kernel == "cpu":
         return cpu_cell.unavailable_reason()
-    if kernel in ("triton", "persistent", "graph") and triton_steps.triton is None:
+    if kernel in TRITON_KERNELS and triton_steps.triton is None:
         return "it needs the triton package (pip install triton)"
     return None
 
