@@ -181,15 +181,20 @@ def test_bins_of_the_authors_test_vector():
 
 # --- the position-aware attention (Eq. 3-5) -------------------------------
 
-def test_position_aware_attention_matches_loop():
+@pytest.mark.parametrize("dtype, tolerance", [(torch.float32, 1e-6), (torch.float64, 1e-12)])
+def test_position_aware_attention_matches_loop(dtype, tolerance):
+    """float32 scores and softmax for float32 inputs (and half ones); float64
+    inputs keep float64 throughout."""
     torch.manual_seed(0)
-    layer = PositionAwareAttention(state_dim=6, query_dim=6, position_dim=3, attention_dim=5)
+    layer = PositionAwareAttention(state_dim=6, query_dim=6, position_dim=3,
+                                   attention_dim=5).to(dtype)
     torch.nn.init.normal_(layer.score.weight)  # zero at start: uniform attention
-    states, query = torch.randn(2, 4, 6), torch.randn(2, 6)
-    ps, po = torch.randn(2, 4, 3), torch.randn(2, 4, 3)
+    states, query = torch.randn(2, 4, 6, dtype=dtype), torch.randn(2, 6, dtype=dtype)
+    ps, po = torch.randn(2, 4, 3, dtype=dtype), torch.randn(2, 4, 3, dtype=dtype)
     mask = torch.tensor([[False] * 4, [True, False, False, True]])
     with torch.no_grad():
         z, weights = layer(states, mask, query, ps, po)
+        assert (z.dtype, weights.dtype) == (dtype, dtype)
         w_h, b_h = layer.state_proj.weight, layer.state_proj.bias
         w_q, w_p, v = layer.query_proj.weight, layer.position_proj.weight, layer.score.weight[0]
         for b in range(2):
@@ -200,9 +205,9 @@ def test_position_aware_attention_matches_loop():
             total = sum(math.exp(x) for x in u.values())
             a = {i: math.exp(u[i]) / total for i in real}
             for i in range(4):
-                assert float(weights[b, i]) == pytest.approx(a.get(i, 0.0), abs=1e-6)
+                assert float(weights[b, i]) == pytest.approx(a.get(i, 0.0), abs=tolerance)
             expected = sum(a[i] * states[b, i] for i in real)
-            torch.testing.assert_close(z[b], expected, rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(z[b], expected, rtol=10 * tolerance, atol=tolerance)
 
 
 # --- the encoder layer options ---------------------------------------------

@@ -25,6 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ...modules.precision import at_least_float32
+
 
 def entity_distances(start: int, end: int, length: int) -> np.ndarray:
     """Zhang et al.'s relative positions of ``length`` tokens to the entity ``[start, end]``."""
@@ -76,7 +78,7 @@ class PositionAwareAttention(nn.Module):
             + self.query_proj(query).unsqueeze(1)
             + self.position_proj(torch.cat([subject_positions, object_positions], dim=-1))
         )
-        scores = self.score(torch.tanh(hidden)).squeeze(-1).float()
+        scores = at_least_float32(self.score(torch.tanh(hidden)).squeeze(-1))
         scores = scores.masked_fill(padding_mask, torch.finfo(scores.dtype).min)
         weights = F.softmax(scores, dim=-1).to(states.dtype)
         return torch.bmm(weights.unsqueeze(1), states).squeeze(1), weights
