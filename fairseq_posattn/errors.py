@@ -3,12 +3,15 @@
 :class:`StructureError` is the error of the tree logic (:mod:`fairseq_posattn.structure`)
 and of every reader of tree-shaped or token-level input; :func:`location` and
 :func:`fail` format ``"<file>, sentence <n>, line <m>: <problem>. <Hint>"`` for it
-and for the other readers of the package.  :class:`DamagedCheckpointError` is
+and for the other readers of the package; :func:`quoted` quotes every token,
+word or field of the input that a message shows, naming its invisible and
+unusual whitespace characters.  :class:`DamagedCheckpointError` is
 the error of checkpoint files (:mod:`fairseq_posattn.compat.checkpoint_integrity`).
 Imports nothing of the plugin or of fairseq, so the pure tree logic can use it.
 """
 
-from typing import Optional
+import unicodedata
+from typing import List, Optional
 
 
 class StructureError(ValueError):
@@ -63,3 +66,37 @@ def fail(problem: str, hint: str, source: Optional[str] = None,
     if where:
         message = "%s: %s" % (where, message)
     return StructureError(message, source=source, sentence=sentence, line=line)
+
+
+# Controls that Python and fairseq split words at; unicodedata gives controls no name.
+_CONTROL_NAMES = {0x09: "CHARACTER TABULATION", 0x0A: "LINE FEED", 0x0B: "LINE TABULATION",
+                  0x0C: "FORM FEED", 0x0D: "CARRIAGE RETURN", 0x1C: "INFORMATION SEPARATOR FOUR",
+                  0x1D: "INFORMATION SEPARATOR THREE", 0x1E: "INFORMATION SEPARATOR TWO",
+                  0x1F: "INFORMATION SEPARATOR ONE", 0x85: "NEXT LINE"}
+# Unicode categories of characters that show nothing: controls, formats (zero
+# width, joiners, direction marks), surrogates, private use, unassigned, line
+# and paragraph separators; and what to call those of them without a name.
+_UNSEEN = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}
+_UNNAMED = {"Cc": "<control>", "Cs": "<surrogate>", "Co": "<private use>", "Cn": "<unassigned>"}
+
+
+def unusual_characters(text: str) -> List[str]:
+    """Each invisible or unusual whitespace character of ``text`` (every one
+    but the plain space U+0020 that shows nothing or separates words), once,
+    in order, by code point and name: ``["U+00A0 NO-BREAK SPACE"]``."""
+    names = {}
+    for c in text:
+        category = unicodedata.category(c)
+        if c != " " and c not in names and (category in _UNSEEN or c.isspace()):
+            names[c] = "U+%04X %s" % (ord(c), unicodedata.name(c, None)
+                                      or _CONTROL_NAMES.get(ord(c))
+                                      or _UNNAMED[category])
+    return list(names.values())
+
+
+def quoted(value) -> str:
+    """``repr(value)`` for a message, followed by the invisible and unusual
+    whitespace characters of a string, e.g.
+    ``'dog\\xa0sleeps' (holds U+00A0 NO-BREAK SPACE)``."""
+    names = unusual_characters(value) if isinstance(value, str) else []
+    return repr(value) + (" (holds %s)" % ", ".join(names) if names else "")

@@ -31,6 +31,7 @@ from sklearn.neural_network import MLPClassifier
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
+from ..errors import quoted
 from .source import CheckpointEncoder, add_source_args, run_command
 from .states import PARTS, add_dump_args, sentence_vectors
 
@@ -60,11 +61,12 @@ def read_probing_file(path: str) -> ProbingTask:
             if len(fields) != 3 or not fields[2].strip():
                 raise ValueError(
                     f"{path}, line {number}: expected split<TAB>label<TAB>sentence "
-                    f"(SentEval probing format), got {line.rstrip()!r}"
+                    f"(SentEval probing format), got {quoted(line.rstrip())}"
                 )
             if fields[0] not in SPLITS:
                 raise ValueError(
-                    f"{path}, line {number}: split {fields[0]!r} is not one of {', '.join(SPLITS)}"
+                    f"{path}, line {number}: split {quoted(fields[0])} is not one of "
+                    f"{', '.join(SPLITS)}"
                 )
             splits.append(fields[0])
             labels.append(fields[1])

@@ -47,6 +47,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 from fairseq_posattn.structure import (DependencyTree, StructureError, check_tree,
                                        read_conllu, write_conllu)
 
+from ..errors import quoted
 from ..files import atomic_output
 from .parsers import (BACKENDS, ExistingParse, Parser, ParserSetupError, add_parser_args,
                       build_parser)
@@ -187,8 +188,8 @@ def verify_chunk(path: str, lines: Sequence[str], first_line: int) -> int:
     for i, tree in enumerate(read_conllu(path, texts=lines)):
         want = str(first_line + i)
         if tree.sent_id != want:
-            raise ParseInputError("%s, sentence %d: sent_id %r, expected %s (chunk of input "
-                                  "lines %d-%d)" % (path, i + 1, tree.sent_id, want, first_line,
+            raise ParseInputError("%s, sentence %d: sent_id %s, expected %s (chunk of input "
+                                  "lines %d-%d)" % (path, i + 1, quoted(tree.sent_id), want, first_line,
                                                     first_line + len(lines) - 1))
         n += 1
     if n != len(lines):
@@ -218,16 +219,16 @@ def parse_lines(parser: Parser, lines: Sequence[str], first_line: int, source: s
             if len(tree.words) != len(tokens) or len(tree.heads) != len(tokens):
                 raise ParseInputError(
                     "%s: the %s parser returned %d tokens for the %d tokens of the line "
-                    "(%s); no tree is written for it rather than a shifted one. Check the "
-                    "line's tokens (or use another parser/backend for this corpus)"
+                    "(%s for %s); no tree is written for it rather than a shifted one. Check "
+                    "the line's tokens (or use another parser/backend for this corpus)"
                     % (where, parser.name, len(tree.words), len(tokens),
-                       " ".join(tree.words[:50])))
+                       quoted(" ".join(tree.words[:50])), quoted(" ".join(tokens[:50]))))
             if list(tree.words) != tokens:
                 if stats["forms_changed"] == 0:
                     diff = next(k for k, (a, b) in enumerate(zip(tree.words, tokens)) if a != b)
-                    logger.warning("%s: the parser changed token %d %r to %r; the input's "
-                                   "forms are kept", where, diff + 1, tokens[diff],
-                                   tree.words[diff])
+                    logger.warning("%s: the parser changed token %d %s to %s; the input's "
+                                   "forms are kept", where, diff + 1, quoted(tokens[diff]),
+                                   quoted(tree.words[diff]))
                 stats["forms_changed"] += 1
                 tree.words = list(tokens)
             check_tree(tree.heads, where=where, words=tree.words)

@@ -19,7 +19,7 @@ import torch
 from fairseq.data import Dictionary, FairseqDataset
 
 from ..structure import StructureError, read_conllu
-from ..errors import fail
+from ..errors import fail, quoted
 
 
 TAG_COLUMNS = ("upos", "xpos")
@@ -63,8 +63,9 @@ def read_tagged_sentences(path: str, column: str = "upos") -> List[TaggedSentenc
         missing = [i for i, t in enumerate(tags or []) if t == "_"]
         if tags is None or missing:
             what = ("the sentence has no %s tags" % column.upper() if tags is None else
-                    "word %d %r has no %s tag ('_')" % (missing[0] + 1,
-                                                       tree.words[missing[0]], column.upper()))
+                    "word %d %s has no %s tag ('_')" % (missing[0] + 1,
+                                                       quoted(tree.words[missing[0]]),
+                                                       column.upper()))
             raise fail(what, "every word needs a gold tag; pass --tag-column upos|xpos "
                        "to read the other column", source=path,
                        sentence=tree.index + 1, line=tree.line)

@@ -17,7 +17,7 @@ from typing import IO, Dict, Iterable, Iterator, List, NamedTuple, Optional, Tup
 import numpy as np
 from conllu.models import TokenList
 
-from ..errors import fail, location
+from ..errors import fail, location, quoted
 from .tree import (DependencyTree, _as_heads, analyse_heads, check_tree,
                    collapse_multiword_tokens, multiword_representatives)
 
@@ -256,7 +256,7 @@ def _token_line(block: _Block, line: str, lineno: int, name: Optional[str]) -> N
         if int(tid) != expected:
             raise error("word ID %s where %d was expected" % (tid, expected), _HINT_IDS)
         if not _HEAD.fullmatch(cols[6]):
-            raise error("HEAD %r of word %s is not an integer" % (cols[6], tid),
+            raise error("HEAD %s of word %s is not an integer" % (quoted(cols[6]), tid),
                         "HEAD must be 0 (root) or the ID of a word of the same sentence")
         block.forms.append(form)
         block.heads.append(int(cols[6]))
@@ -269,7 +269,8 @@ def _token_line(block: _Block, line: str, lineno: int, name: Optional[str]) -> N
         return  # empty node: enhanced dependencies only
     m = _RANGE_ID.fullmatch(tid)
     if not m:
-        raise error("ID %r is not a word ID 1, 2, ..., a range a-b or an empty node i.j" % tid,
+        raise error("ID %s is not a word ID 1, 2, ..., a range a-b or an empty node i.j"
+                    % quoted(tid),
                     _HINT_IDS)
     a, b = int(m.group(1)), int(m.group(2))
     if a >= b:
@@ -357,8 +358,8 @@ def _compare(words: List[str], tokens: List[str], number: int, error) -> None:
         return
     pos = next((i for i, (w, t) in enumerate(zip(words, tokens)) if w != t),
                min(len(words), len(tokens)))
-    tree_tok = repr(words[pos]) if pos < len(words) else "(end)"
-    text_tok = repr(tokens[pos]) if pos < len(tokens) else "(end)"
+    tree_tok = quoted(words[pos]) if pos < len(words) else "(end)"
+    text_tok = quoted(tokens[pos]) if pos < len(tokens) else "(end)"
     if len(words) != len(tokens):
         what = ("the tree has %d surface tokens but line %d of the text has %d"
                 % (len(words), number, len(tokens)))
@@ -385,7 +386,7 @@ def _serialize(tree: DependencyTree, where: str) -> str:
                               ("upos", upos, " \t\n\r"), ("xpos", xpos, " \t\n\r")):
         for i, v in enumerate(values):
             if v is not None and (not isinstance(v, str) or not v or any(c in v for c in bad)):
-                raise fail("%s %d is %r" % (kind, i + 1, v),
+                raise fail("%s %d is %s" % (kind, i + 1, quoted(v)),
                            "CoNLL-U fields must be non-empty strings without tabs or "
                            "line breaks", where=where)
     metadata = {}
@@ -393,7 +394,8 @@ def _serialize(tree: DependencyTree, where: str) -> str:
         value = getattr(tree, key)
         if value:
             if "\n" in value or "\r" in value:
-                raise fail("%s %r holds a line break" % (key, value), "remove it", where=where)
+                raise fail("%s %s holds a line break" % (key, quoted(value)), "remove it",
+                           where=where)
             metadata[key] = value
     tokens = []
     for i, (w, h, r, u, x) in enumerate(zip(words, tree.heads, deprels, upos, xpos)):

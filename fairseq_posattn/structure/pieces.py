@@ -17,7 +17,7 @@ from typing import List, Sequence, Tuple
 
 import numpy as np
 
-from ..errors import fail
+from ..errors import fail, quoted
 
 SCHEMES = ("subword_nmt", "sentencepiece", "none")  # how subword pieces make words
 SUBWORD_MODELS = SCHEMES[:2]  # the schemes that are subword models (fairseq --bpe names)
@@ -31,7 +31,7 @@ def _segment(pieces: Sequence[str], scheme: str, where: str) -> Tuple[List[int],
         raise ValueError("scheme must be one of %s, got %r" % (SCHEMES, scheme))
     for i, p in enumerate(pieces):
         if not isinstance(p, str) or not p:
-            raise fail("piece %d is %r; pieces must be non-empty strings" % (i + 1, p),
+            raise fail("piece %d is %s; pieces must be non-empty strings" % (i + 1, quoted(p)),
                        "split the tokenized line on whitespace", where=where)
     word_of: List[int] = []
     words: List[str] = []
@@ -48,7 +48,8 @@ def _segment(pieces: Sequence[str], scheme: str, where: str) -> Tuple[List[int],
                 words.append("".join(current))
                 current = []
         if current:
-            raise fail("the last piece %r ends with '@@' but no piece follows it" % pieces[-1],
+            raise fail("the last piece %s ends with '@@' but no piece follows it"
+                       % quoted(pieces[-1]),
                        "the line is cut inside a word, or it is not subword-nmt output "
                        "(use scheme 'sentencepiece' or 'none')", where=where)
         return word_of, words
@@ -57,14 +58,14 @@ def _segment(pieces: Sequence[str], scheme: str, where: str) -> Tuple[List[int],
         begins = p.startswith(SPM_SPACE)
         body = p[1:] if begins else p
         if SPM_SPACE in body:
-            raise fail("piece %d %r spans a word boundary (it holds '\u2581' after its start)"
-                       % (i + 1, p),
+            raise fail("piece %d %s spans a word boundary (it holds '\u2581' after its start)"
+                       % (i + 1, quoted(p)),
                        "train sentencepiece with split_by_whitespace=true (its default)",
                        where=where)
         if begins or i == 0:
             if words and not words[-1]:
-                raise fail("piece %d %r is a bare '\u2581' followed by no piece of its word"
-                           % (i, pieces[i - 1]),
+                raise fail("piece %d %s is a bare '\u2581' followed by no piece of its word"
+                           % (i, quoted(pieces[i - 1])),
                            "a word cannot be empty; check the sentencepiece output", where=where)
             words.append(body)
         else:

@@ -19,7 +19,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..errors import fail
+from ..errors import fail, quoted
 
 RULES = ("figure", "text")
 
@@ -73,7 +73,7 @@ def _as_heads(heads: Sequence[int], where: str) -> np.ndarray:
 def _word(i: int, words: Optional[Sequence[str]]) -> str:
     """Name 0-based word ``i`` as its 1-based index (and form, when known)."""
     if words is not None and i < len(words):
-        return "%d %r" % (i + 1, words[i])
+        return "%d %s" % (i + 1, quoted(words[i]))
     return "%d" % (i + 1)
 
 

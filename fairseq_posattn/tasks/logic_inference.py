@@ -34,7 +34,7 @@ from fairseq.tasks import register_task
 from omegaconf import II
 
 from ..data.classification_data import classification_dataset, padded
-from ..errors import location
+from ..errors import location, quoted
 from .classification import ClassificationTask
 
 # MacCartney's seven relations as Bowman et al. (2015) write them
@@ -84,7 +84,7 @@ def read_examples(path: str) -> List[Example]:
             relation, premise, hypothesis = fields
             if relation not in RELATIONS:
                 raise ValueError(
-                    f"{where}: unknown relation {relation!r}; expected one of "
+                    f"{where}: unknown relation {quoted(relation)}; expected one of "
                     f"{' '.join(RELATIONS)}"
                 )
             if not premise.split() or not hypothesis.split():

@@ -34,6 +34,7 @@ from fairseq.tasks import register_task
 from omegaconf import II
 
 from ..data.classification_data import classification_dataset, padded
+from ..errors import quoted
 from ..metrics import NO_RELATION
 from ..models.relation.entity_positions import entity_distances
 from .classification import ClassificationTask
@@ -159,7 +160,7 @@ class RelationClassificationTask(ClassificationTask):
                    if e["relation"] not in self._label_dictionary.indices]
         if unknown:
             raise ValueError(
-                f"{path}, example {unknown[0]}: relation {examples[unknown[0] - 1]['relation']!r} "
+                f"{path}, example {unknown[0]}: relation {quoted(examples[unknown[0] - 1]['relation'])} "
                 f"does not occur in train.json ({len(unknown)} such examples)"
             )
 

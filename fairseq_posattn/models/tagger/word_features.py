@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ...errors import fail
+from ...errors import fail, quoted
 from ...modules.pooling import masked_max
 
 
@@ -114,7 +114,7 @@ def load_word_vectors(path: str, embedding: nn.Embedding, dictionary) -> int:
                 vector = None
             if vector is None or len(vector) != width or not all(map(math.isfinite, vector)):
                 raise fail(
-                    "the vector of %r is not %d finite numbers" % (word, width),
+                    "the vector of %s is not %d finite numbers" % (quoted(word), width),
                     "fastText text format has one 'word v_1 ... v_%d' line per word, values "
                     "separated by single spaces; --word-embed-dim must be the vectors' width"
                     % width, source=path, line=lineno)
