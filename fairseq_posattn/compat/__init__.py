@@ -1,15 +1,23 @@
 """Repairs of fairseq 0.12 (and fairseq-fixed 0.12.3.1) and torch behaviour that
-would stop the plugin's commands, installed by :func:`install` when the plugin
-is imported.  Each module names the behaviour it repairs and the versions that
-have it, and leaves fairseq unchanged where the behaviour is absent:
+would stop the plugin's commands or silently change their results, installed
+by :func:`install` when the plugin is imported.  Each module names the
+behaviour it repairs and the versions that have it, and leaves fairseq
+unchanged where the behaviour is absent:
 
 * :mod:`.safe_loading`: torch >= 2.6 loads with ``weights_only=True`` and
   refuses fairseq's checkpoints; the globals they need are allow-listed;
 * :mod:`.checkpoint_integrity`: ``torch.load`` ignores the CRC-32s of its zip
   archives, so a damaged checkpoint loads silently; fairseq's loads verify them;
 * :mod:`.interactive_lines`: ``fairseq-interactive`` stops at a line longer
-  than the model's positions and translates an empty line silently; such lines
-  are truncated (``--truncate-source``) or skipped, with a warning naming them;
+  than the model's positions, translates an empty line silently and ends an
+  ``--input`` file's lines at bare carriage returns; such lines are truncated
+  (``--truncate-source``) or skipped, with a warning naming them, and lines
+  end at line feeds only;
+* :mod:`.reserved_symbols`: ``<pad>``, ``</s>`` or ``<s>`` typed as a word gets
+  the symbol's id; raw input reads it as ``<unk>``, with a warning;
+* :mod:`.hub_skipped_inputs`: the hub's ``generate`` with
+  ``skip_invalid_size_inputs=True`` closes up its outputs; each skipped input
+  gets an empty one in its place, with a warning naming its index;
 * :mod:`.user_dir`: ``--user-dir`` pointing at a second copy of the plugin
   raises in fairseq's ``import_user_module``; the imported copy is kept;
 * :mod:`.last_batch`: fairseq-fixed's ``batch_by_size`` drops an epoch's last
@@ -20,8 +28,8 @@ have it, and leaves fairseq unchanged where the behaviour is absent:
   plugin options; they are kept.
 """
 
-from . import (bf16, checkpoint_integrity, hydra, interactive_lines, last_batch,
-               safe_loading, user_dir)
+from . import (bf16, checkpoint_integrity, hub_skipped_inputs, hydra, interactive_lines,
+               last_batch, reserved_symbols, safe_loading, user_dir)
 
 
 def install() -> None:
@@ -29,6 +37,8 @@ def install() -> None:
     safe_loading.install()
     checkpoint_integrity.install()
     interactive_lines.install()
+    reserved_symbols.install()
+    hub_skipped_inputs.install()
     user_dir.install()
     last_batch.install()
     bf16.install()

@@ -10,11 +10,20 @@ under the model's ``max_positions``:
   ``--truncate-source`` does not apply there (it truncates datasets read from
   disk);
 * an empty line (or one without tokens) becomes EOS alone and gets a made-up
-  translation without a word.
+  translation without a word;
+* ``--input FILE`` is read with universal newlines: a bare carriage return
+  (U+000D) ends a line there, and every later line number shifts (standard
+  input, which fairseq reads as it comes, ends lines at line feeds only);
+* a reserved symbol's text typed as a word (``<pad>``, ``</s>``, ``<s>``) gets
+  the symbol's id (see :mod:`.reserved_symbols`).
 
-:func:`install` wraps ``make_batches`` so that each line is encoded once and
-checked before it is batched:
+:func:`install` wraps ``buffered_read`` so that a file's lines end at line
+feeds only, as standard input's do, and ``make_batches`` so that each line is
+encoded once and checked before it is batched:
 
+* a carriage return inside it: kept, read as a space between words, with a
+  warning naming the line;
+* reserved symbols' texts: read as ``<unk>``, with a warning naming the line;
 * no tokens: skipped, with a warning naming the line;
 * more tokens than the source positions, with ``--truncate-source``: its first
   positions - 1 tokens and EOS are translated, with a warning naming the line;
@@ -35,16 +44,19 @@ logger on stdout.
 import functools
 import itertools
 import logging
+import os
 import sys
+import tempfile
 
 import torch
 
 from .patching import wrap_once
+from .reserved_symbols import READ_AS, as_unknown
 
 logger = logging.getLogger(__name__)
 
 
-def _source_positions(max_positions):
+def source_positions(max_positions):
     """The source side of fairseq's resolved ``max_positions`` (None: no limit)."""
     if isinstance(max_positions, (tuple, list)):
         max_positions = max_positions[0]
@@ -64,12 +76,18 @@ def _fitting_lines(make_batches):
                 is not FairseqTask.get_interactive_tokens_and_lengths):
             yield from make_batches(lines, cfg, task, max_positions, encode_fn)
             return
-        limit = _source_positions(max_positions)
+        limit = source_positions(max_positions)
         truncate = getattr(cfg.task, "truncate_source", False)
         encoded, kept = {}, []
         for i, (number, line) in enumerate(zip(numbers, lines)):
             source = line.split("\t")[0] if cfg.generation.constraints else line
-            pieces = tokenize_line(encode_fn(source))
+            if "\r" in source:
+                logger.warning("input line %d holds U+000D CARRIAGE RETURN: kept in the line, "
+                               "read as a space between words", number)
+            pieces, reserved = as_unknown(tokenize_line(encode_fn(source)),
+                                          task.source_dictionary)
+            if reserved:
+                logger.warning("input line %d: %s %s", number, ", ".join(reserved), READ_AS)
             if not pieces:
                 logger.warning("input line %d is empty: skipped (it gets no S-%d or H-%d line)",
                                number, number - 1, number - 1)
@@ -98,6 +116,28 @@ def _fitting_lines(make_batches):
     return wrapper
 
 
+def _whole_lines(buffered_read):
+    @functools.wraps(buffered_read)
+    def wrapper(input, buffer_size):
+        if input == "-":
+            yield from buffered_read(input, buffer_size)
+            return
+        with open(input, encoding="utf-8", newline="\n") as f:
+            lines = (line.strip() for line in f)
+            yield from iter(lambda: list(itertools.islice(lines, buffer_size)), [])
+
+    return wrapper
+
+
+def splits_lines_at_carriage_returns(buffered_read) -> bool:
+    """True if ``buffered_read`` ends a file's line at a bare carriage return."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "input")
+        with open(path, "w", encoding="utf-8", newline="") as f:
+            f.write("a\rb\n")
+        return sum(len(buffer) for buffer in buffered_read(path, 2)) > 1
+
+
 def _interactive_modules():
     """``fairseq_cli.interactive`` where it is imported: by name, or as ``__main__``."""
     modules = [sys.modules.get("fairseq_cli.interactive")]
@@ -108,6 +148,9 @@ def _interactive_modules():
 
 
 def install() -> None:
-    """Wrap ``make_batches`` of an imported ``fairseq_cli.interactive`` (idempotent)."""
+    """Wrap ``make_batches`` and (where it splits lines at carriage returns)
+    ``buffered_read`` of an imported ``fairseq_cli.interactive`` (idempotent)."""
     for module in _interactive_modules():
         wrap_once(module, "make_batches", _fitting_lines)
+        if splits_lines_at_carriage_returns(module.buffered_read):
+            wrap_once(module, "buffered_read", _whole_lines)

