@@ -21,6 +21,16 @@ from fairseq_posattn.structure import (StructureError, check_tree, read_conllu,
 RESERVED = ["<pad>", "</s>", "<s>"]
 
 
+def test_the_repairs_find_fairseqs_behaviour():
+    """The installed fairseq (0.12.2, fairseq-fixed 0.12.3.1) gives a typed
+    <pad> the padding id and closes up the hub's outputs; the repairs probe
+    for both before they patch."""
+    from fairseq_posattn.compat.hub_skipped_inputs import closes_up_outputs
+    from fairseq_posattn.compat.reserved_symbols import encodes_reserved_texts
+
+    assert encodes_reserved_texts() and closes_up_outputs()
+
+
 # ---------------------------------------------------------- characters named
 
 @pytest.mark.parametrize("text, names", [

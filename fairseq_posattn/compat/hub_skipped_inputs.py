@@ -16,6 +16,7 @@ an empty list as ``""``.
 """
 
 import functools
+import inspect
 import logging
 from types import SimpleNamespace
 from typing import List
@@ -24,7 +25,7 @@ import numpy as np
 import torch
 
 from .interactive_lines import source_positions
-from .patching import MARK, wrap_once
+from .patching import wrap_once
 
 logger = logging.getLogger(__name__)
 
@@ -71,8 +72,9 @@ def _sample_in_place(sample):
 
 
 def closes_up_outputs() -> bool:
-    """True if ``generate`` returns fewer outputs than inputs when its batches
-    leave one out (probed with a stand-in hub whose batches leave out input 1)."""
+    """True if fairseq's ``generate`` returns fewer outputs than inputs when its
+    batches leave one out (probed with a stand-in hub whose batches leave out
+    input 1)."""
     from fairseq.hub_utils import GeneratorHubInterface
     from omegaconf import OmegaConf
 
@@ -82,8 +84,8 @@ def closes_up_outputs() -> bool:
     hub = SimpleNamespace(cfg=OmegaConf.create({"generation": {}}), task=task, models=[],
                           device="cpu",
                           _build_batches=lambda tokens, skip: [{"id": torch.tensor([0, 2])}])
-    outputs = GeneratorHubInterface.generate(hub, [torch.ones(1)] * 3,
-                                             skip_invalid_size_inputs=True)
+    generate = inspect.unwrap(GeneratorHubInterface.generate)
+    outputs = generate(hub, [torch.ones(1)] * 3, skip_invalid_size_inputs=True)
     return len(outputs) < 3
 
 
@@ -91,6 +93,6 @@ def install() -> None:
     """Wrap the hub's ``generate`` and ``sample`` if ``generate`` closes up (idempotent)."""
     from fairseq.hub_utils import GeneratorHubInterface
 
-    if not getattr(GeneratorHubInterface.generate, MARK, False) and closes_up_outputs():
+    if closes_up_outputs():
         wrap_once(GeneratorHubInterface, "generate", _generate_in_place)
         wrap_once(GeneratorHubInterface, "sample", _sample_in_place)

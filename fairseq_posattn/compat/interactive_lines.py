@@ -1,4 +1,4 @@
-"""Keep ``fairseq-interactive`` going past lines that it cannot translate.
+"""Keep ``fairseq-interactive``'s input lines whole, numbered and translated.
 
 fairseq 0.12's ``fairseq-interactive`` (and fairseq-fixed 0.12.3.1's) builds
 each buffer of input lines into batches in ``fairseq_cli.interactive.make_batches``,
@@ -12,23 +12,20 @@ under the model's ``max_positions``:
 * an empty line (or one without tokens) becomes EOS alone and gets a made-up
   translation without a word;
 * ``--input FILE`` is read with universal newlines: a bare carriage return
-  (U+000D) ends a line there, and every later line number shifts (standard
-  input, which fairseq reads as it comes, ends lines at line feeds only);
-* a reserved symbol's text typed as a word (``<pad>``, ``</s>``, ``<s>``) gets
-  the symbol's id (see :mod:`.reserved_symbols`).
+  ends a line, and every later line number shifts (standard input ends lines
+  at line feeds only);
+* ``<pad>``, ``</s>`` or ``<s>`` typed as a word gets the symbol's id
+  (:mod:`.reserved_symbols`).
 
 :func:`install` wraps ``buffered_read`` so that a file's lines end at line
-feeds only, as standard input's do, and ``make_batches`` so that each line is
-encoded once and checked before it is batched:
+feeds only, and ``make_batches`` so that each line is encoded once and
+checked before it is batched, with a warning naming the line:
 
-* a carriage return inside it: kept, read as a space between words, with a
-  warning naming the line;
-* reserved symbols' texts: read as ``<unk>``, with a warning naming the line;
-* no tokens: skipped, with a warning naming the line;
-* more tokens than the source positions, with ``--truncate-source``: its first
-  positions - 1 tokens and EOS are translated, with a warning naming the line;
-* more tokens, without ``--truncate-source``: skipped, with a warning naming
-  the line.
+* a carriage return inside it: kept, read as a space between words;
+* reserved symbols' texts: read as ``<unk>``;
+* no tokens: skipped;
+* more tokens than the source positions: with ``--truncate-source``, its
+  first positions - 1 tokens and EOS are translated; without, skipped.
 
 A skipped line gets no ``S-``, ``H-``, ``D-`` or ``P-`` line; the others keep
 their numbers (input line n is ``S-``\\ (n-1)).  Tasks that read input lines
