@@ -10,9 +10,11 @@ format; one small integer per piece, see :mod:`fairseq_posattn.data.tree_files`)
 in constant memory and in ``--workers`` processes.
 
 A tree whose words differ from the words the pieces spell, a missing or extra
-tree, or a piece count that differs from the binarized source is an error
-naming the file, line and sentence.  Source and target files of different
-line counts are refused, naming both, before anything is written.
+tree, a piece count that differs from the binarized source, or pieces that
+the binarized source's subword markers group into other words
+(:mod:`~fairseq_posattn.data.alignment`) is an error naming the file, line
+and sentence.  Source and target files of different line counts are
+refused, naming both, before anything is written.
 
 ``--control-trees left-neighbour|random-projective`` writes, instead of each
 parse, a deliberately wrong tree over the same words (see
@@ -31,7 +33,7 @@ from typing import Optional, Tuple
 
 import numpy as np
 from fairseq import options
-from fairseq.data import data_utils
+from fairseq.data import Dictionary, data_utils
 from fairseq_cli import preprocess
 from tqdm import tqdm
 
@@ -39,8 +41,9 @@ from ..errors import fail
 from ..structure import (CONTROL_TREES, SCHEMES, StructureError, encode_piece_tree,
                          piece_word_map, words_from_pieces)
 from ..structure.conllu_io import SentenceIndex, index_sentences
+from .alignment import WordStarts
 from .parse import InputIndex, scan_input
-from .tree_files import TREES, TreeFileWriter, blocks, refuse_mismatch, tree_dtype
+from .tree_files import TREES, TreeFileWriter, block_values, blocks, refuse_mismatch, tree_dtype
 
 logger = logging.getLogger("fairseq_posattn.preprocess")
 
@@ -145,9 +148,13 @@ def write_trees(args, split: str, input_prefix: str) -> int:
     tree_path = f"{text_path}.{args.trees_suffix}"
     dest = preprocess.dataset_dest_prefix(args, split, src)
     binarized = data_utils.load_indexed_dataset(dest, None, args.dataset_impl)
-    if binarized is None:
-        raise FileNotFoundError(f"{dest}.bin/.idx not found: binarize the text first "
+    dictionary = os.path.join(args.destdir, f"dict.{src}.txt")
+    missing = [path for path, there in ((f"{dest}.bin/.idx", binarized is not None),
+                                        (dictionary, os.path.exists(dictionary))) if not there]
+    if missing:
+        raise FileNotFoundError(f"{' and '.join(missing)} not found: binarize the text first "
                                 f"(run without --trees-only)")
+    words = WordStarts(Dictionary.load(dictionary), args.subword_scheme)
     if not os.path.exists(tree_path):
         raise FileNotFoundError(
             f"{tree_path} not found: parse the tokenized source of {text_path} into "
@@ -172,6 +179,10 @@ def write_trees(args, split: str, input_prefix: str) -> int:
                 f"{sizes[i - first]} pieces, but the binarized source in {dest} has "
                 f"{binarized.sizes[i] - 1} tokens; binarize this very file (same "
                 f"--srcdict/prefixes)", first=first)
+            words.refuse_misaligned(
+                block_values(binarized, first, first + len(sizes)), values, sizes,
+                lambda i: f"{text_path}, line {i + 1} (split '{split}', sentence {i}; "
+                f"binarized in {dest})", first=first)
             out.add_encoded(values, sizes)
             bar.update(len(sizes))
     what = f"{args.control_trees} control trees over the words" if args.control_trees else "trees"
