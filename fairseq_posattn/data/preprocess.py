@@ -16,12 +16,17 @@ the binarized source's subword markers group into other words
 and sentence.  Source and target files of different line counts are
 refused, naming both, before anything is written.
 
+One run at a time writes into a ``--destdir``: a second is refused naming the
+holder of the lock, and fairseq's text output appears in ``--destdir`` only
+when complete (:mod:`~fairseq_posattn.data.destination`).
+
 ``--control-trees left-neighbour|random-projective`` writes, instead of each
 parse, a deliberately wrong tree over the same words (see
 :mod:`fairseq_posattn.structure.control_trees`): the control run that tells
 whether a structural model gains from syntax or from any tree-shaped signal.
 """
 
+import argparse
 import contextlib
 import functools
 import logging
@@ -42,6 +47,7 @@ from ..structure import (CONTROL_TREES, SCHEMES, StructureError, encode_piece_tr
                          piece_word_map, words_from_pieces)
 from ..structure.conllu_io import SentenceIndex, index_sentences
 from .alignment import WordStarts
+from .destination import destination_lock, staged
 from .parse import InputIndex, scan_input
 from .tree_files import TREES, TreeFileWriter, block_values, blocks, refuse_mismatch, tree_dtype
 
@@ -190,12 +196,35 @@ def write_trees(args, split: str, input_prefix: str) -> int:
     return text.n_lines
 
 
+def refuse_existing_dictionaries(args) -> None:
+    """fairseq-preprocess's refusal to replace a dictionary in --destdir that
+    it would build, checked on --destdir (it writes into a staging folder)."""
+    sides = [(args.source_lang, args.srcdict)]
+    if not args.only_source:
+        sides.append((args.target_lang, args.tgtdict))
+    for lang, given in sides:
+        path = os.path.join(args.destdir, f"dict.{lang}.txt")
+        if not given and os.path.exists(path):
+            raise FileExistsError(f"{path} exists: --destdir holds a binarized corpus already; "
+                                  f"write to another --destdir, or pass its dictionaries "
+                                  f"(--srcdict/--tgtdict) to binarize anew with them")
+
+
+def binarize_text(args) -> None:
+    """fairseq-preprocess into a staging folder whose files move into
+    --destdir when it has finished (:func:`~.destination.staged`)."""
+    refuse_existing_dictionaries(args)
+    with staged(args.destdir) as staging:
+        preprocess.main(argparse.Namespace(**{**vars(args), "destdir": staging}))
+
+
 def main(args):
     refuse_unequal_sides(args)
-    if not args.trees_only:
-        preprocess.main(args)
-    for split, prefix in split_prefixes(args):
-        write_trees(args, split, prefix)
+    with destination_lock(args.destdir):
+        if not args.trees_only:
+            binarize_text(args)
+        for split, prefix in split_prefixes(args):
+            write_trees(args, split, prefix)
 
 
 def cli_main(argv=None):
