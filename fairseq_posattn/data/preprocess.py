@@ -145,6 +145,11 @@ def parts_map(workers: int, parts: int):
         yield pool.imap
 
 
+def dictionary_path(args, lang: str) -> str:
+    """Where fairseq-preprocess writes the dictionary of ``lang``."""
+    return os.path.join(args.destdir, f"dict.{lang}.txt")
+
+
 def write_trees(args, split: str, input_prefix: str) -> int:
     """Write the trees of one split in parts of :data:`PART` sentences (in
     ``--workers`` processes; the file is the same for any number); return
@@ -154,7 +159,7 @@ def write_trees(args, split: str, input_prefix: str) -> int:
     tree_path = f"{text_path}.{args.trees_suffix}"
     dest = preprocess.dataset_dest_prefix(args, split, src)
     binarized = data_utils.load_indexed_dataset(dest, None, args.dataset_impl)
-    dictionary = os.path.join(args.destdir, f"dict.{src}.txt")
+    dictionary = dictionary_path(args, src)
     missing = [path for path, there in ((f"{dest}.bin/.idx", binarized is not None),
                                         (dictionary, os.path.exists(dictionary))) if not there]
     if missing:
@@ -203,7 +208,7 @@ def refuse_existing_dictionaries(args) -> None:
     if not args.only_source:
         sides.append((args.target_lang, args.tgtdict))
     for lang, given in sides:
-        path = os.path.join(args.destdir, f"dict.{lang}.txt")
+        path = dictionary_path(args, lang)
         if not given and os.path.exists(path):
             raise FileExistsError(f"{path} exists: --destdir holds a binarized corpus already; "
                                   f"write to another --destdir, or pass its dictionaries "
