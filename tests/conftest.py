@@ -145,6 +145,19 @@ def read_trees(prefix) -> list:
             for i in range(len(trees))]
 
 
+def grouped_words(line: str, pattern: Optional[str] = None) -> str:
+    """The subword-nmt pieces of ``line`` grouped into words by the ``@@`` of
+    the pieces of ``pattern`` (by default ``line``), as text-tree alignment
+    errors show them: ``[un@@ believ@@ able] [.]``."""
+    marks = (pattern or line).split()
+    words = []
+    for k, piece in enumerate(line.split()):
+        if k == 0 or not marks[k - 1].endswith("@@"):
+            words.append([])
+        words[-1].append(piece)
+    return " ".join("[" + " ".join(word) + "]" for word in words)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

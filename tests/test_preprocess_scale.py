@@ -14,7 +14,7 @@ from fairseq_posattn.bench.structure import generate_corpus
 from fairseq_posattn.data import preprocess
 from fairseq_posattn.structure import StructureError
 
-from conftest import read_trees, run
+from conftest import grouped_words, read_trees, run
 
 TREES = "train.en-de.en.trees"
 
@@ -131,6 +131,33 @@ def test_missing_and_extra_trees_are_named(corpus, tmp_path, small_parts, change
     assert not [name for name in os.listdir(copy / "bin") if name.startswith(TREES)]
 
 
+def test_a_text_segmented_anew_after_binarizing_is_refused(corpus, tmp_path):
+    """--trees-only over a binarized text whose file now has two lines of as
+    many pieces (but other words) in each other's place, each with its own
+    tree: every line fits its tree, but not the binarized sentence."""
+    lines = (corpus / "train.en").read_text().splitlines()
+    i, j = next((i, j) for i in range(len(lines)) for j in range(i + 1, len(lines))
+                if len(lines[i].split()) == len(lines[j].split())
+                and grouped_words(lines[i]) != grouped_words(lines[i], lines[j]))
+
+    def swap(items):
+        items = list(items)
+        items[i], items[j] = items[j], items[i]
+        return items
+
+    copy = wrong_copy(corpus, tmp_path, swap)
+    os.unlink(copy / "train.en")
+    (copy / "train.en").write_text("".join(line + "\n" for line in swap(lines)))
+    with pytest.raises(StructureError) as err:
+        write_trees(copy)
+    message = str(err.value)
+    assert f"train.en, line {i + 1} (split 'train', sentence {i}; binarized in " in message
+    assert (f"the subword markers (subword_nmt) group its pieces into the words "
+            f"{grouped_words(lines[i])} but its tree groups them into "
+            f"{grouped_words(lines[i], lines[j])} (2 sentences") in message, message
+    assert not [name for name in os.listdir(copy / "bin") if name.startswith(TREES)]
+
+
 def peak_bytes(step) -> int:
     tracemalloc.start()
     try:
@@ -142,28 +169,17 @@ def peak_bytes(step) -> int:
 
 def load_split(directory: Path):
     """What translation_struct adds to loading a split: the tree file,
-    checked against the binarized source."""
-    from fairseq.data import data_utils
+    checked against the binarized source (sizes and word starts); the
+    dictionary, which fairseq loads anyway, is read beforehand."""
+    from fairseq.data import Dictionary
 
+    from fairseq_posattn.data.alignment import WordStarts
     from fairseq_posattn.data.tree_files import load_trees
-    from fairseq_posattn.tasks.translation_struct import TranslationStructTask
 
-    class Pairs:  # the source sizes, as the task's LanguagePairDataset has them
-        def __init__(self, source):
-            self.source = source  # its sizes live in its memory map
-            self.src_sizes = source.sizes
-
-        def __len__(self):
-            return len(self.src_sizes)
-
-    source = data_utils.load_indexed_dataset(str(directory / "bin" / "train.en-de.en"), None)
-    task = TranslationStructTask.__new__(TranslationStructTask)
-    task.cfg = type("Config", (), {"truncate_source": False})()
-    pairs = Pairs(source)
+    words = WordStarts(Dictionary.load(str(directory / "bin" / "dict.en.txt")), "subword_nmt")
 
     def step():
-        trees = load_trees(str(directory / "bin"), "train", "en", "de", "mmap", False, 1)
-        task._check_sizes("train", pairs, trees)
+        load_trees(str(directory / "bin"), "train", "en", "de", "mmap", False, 1, words)
 
     return step
 
@@ -182,8 +198,8 @@ def test_memory_does_not_grow_with_the_corpus(tmp_path, monkeypatch):
                                                                        ("large", 30000)))
     for step in ("write", "load"):
         def measure(directory):
-            return peak_bytes(lambda: write_trees(directory) if step == "write"
-                              else load_split(directory)())
+            return peak_bytes((lambda: write_trees(directory)) if step == "write"
+                              else load_split(directory))
 
         measure(small)  # warm-up: imports, caches
         peaks = [measure(small), measure(large)]

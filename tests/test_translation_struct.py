@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 import fairseq_posattn  # noqa: F401  (registers the task)
 from fairseq_posattn.structure import StructureError, piece_structure, read_conllu
 
-from conftest import COMMON_ARGS, TINY_MODEL_ARGS, TOY_SIZES, USER_DIR, read_trees, run, run_cli
+from conftest import (COMMON_ARGS, TINY_MODEL_ARGS, TOY_SIZES, USER_DIR, grouped_words, read_trees,
+                      run, run_cli)
 
 SPLITS = ("train", "valid", "test")
 
@@ -190,6 +191,33 @@ def test_tree_data_of_another_split_is_refused_at_load_time(struct_bin, tmp_path
     task = load_task(data)
     with pytest.raises(StructureError, match="split 'valid'"):
         task.load_dataset("valid")
+
+
+def test_trees_swapped_between_sentences_of_equal_length_are_refused_at_load_time(
+        struct_bin, bpe_dir, tmp_path):
+    """Two sentences of as many pieces but other words trade their trees in
+    the tree file: every size still fits, but the subword markers of each
+    sentence contradict the word starts of the tree it was given."""
+    lines = (bpe_dir / "valid.en").read_text().splitlines()
+    i, j = next((i, j) for i in range(len(lines)) for j in range(i + 1, len(lines))
+                if len(lines[i].split()) == len(lines[j].split())
+                and grouped_words(lines[i]) != grouped_words(lines[i], lines[j]))
+    data = tmp_path / "bin"
+    shutil.copytree(struct_bin, data)
+    trees = data / "valid.en-de.en.trees.bin"
+    values = np.frombuffer(trees.read_bytes(), dtype=np.uint8).copy()  # one byte per piece
+    starts = np.cumsum([0] + [len(line.split()) for line in lines])
+    first, second = (slice(starts[k], starts[k + 1]) for k in (i, j))
+    values[first], values[second] = values[second].copy(), values[first].copy()
+    trees.write_bytes(values.tobytes())
+    task = load_task(data)
+    with pytest.raises(StructureError) as err:
+        task.load_dataset("valid")
+    assert (f"split 'valid', sentence {i}: the subword markers (subword_nmt) group its pieces "
+            f"into the words {grouped_words(lines[i])} but its tree groups them into "
+            f"{grouped_words(lines[i], lines[j])} (2 sentences in this block disagree)"
+            in str(err.value)), str(err.value)
+    assert "rerun fairseq-posattn-preprocess" in str(err.value)
 
 
 def test_missing_tree_files_say_how_to_make_them(struct_bin, tmp_path):

@@ -16,7 +16,9 @@ memory of a process and the bytes per sentence it writes:
 2. ``fairseq-preprocess``: fairseq binarizes both sides of the text;
 3. ``fairseq-posattn-preprocess --trees-only``: the tree files beside it;
 4. one pass over the training batches (``--max-tokens 4096``) of fairseq's
-   ``translation`` task and of ``translation_struct``, loading excluded.
+   ``translation`` task and of ``translation_struct``, loading excluded
+   (its seconds are printed apart, with those of ``translation_struct``
+   that check the trees against the text).
 
 ``--code DIR`` runs the steps with the ``fairseq_posattn`` of another
 checkout (``DIR`` first on ``PYTHONPATH``), for before/after figures on the
@@ -118,11 +120,21 @@ def corpus(work: str, sentences: int, seed: int) -> Dict[str, object]:
     return stats
 
 
-# one pass over the batches of the training split, loading excluded
+# one pass over the batches of the training split, loading excluded; the
+# seconds of loading that check the trees against the text, where the code has that check
 BATCH_PASS = """
 import json, sys, time
 import fairseq_posattn
 from fairseq import options, tasks
+from fairseq_posattn.data import tree_files
+checks = []
+if hasattr(tree_files, "refuse_unaligned"):
+    check = tree_files.refuse_unaligned
+    def timed(*args):
+        began = time.perf_counter()
+        check(*args)
+        checks.append(time.perf_counter() - began)
+    tree_files.refuse_unaligned = timed
 task_name, arch, data = sys.argv[1:4]
 args = options.parse_args_and_arch(options.get_training_parser(), [
     data, "--task", task_name, "--arch", arch, "--source-lang", "en", "--target-lang", "de",
@@ -135,7 +147,7 @@ batches = task.get_batch_iterator(task.dataset("train"), max_tokens=4096).next_e
 loaded = time.perf_counter()
 sentences = sum(len(batch["id"]) for batch in batches)
 print(json.dumps({"load_seconds": loaded - start, "seconds": time.perf_counter() - loaded,
-                  "sentences": sentences}))
+                  "sentences": sentences, "check_seconds": sum(checks) if checks else None}))
 """
 
 
@@ -255,6 +267,11 @@ def report(result: Dict[str, object]) -> str:
               + ", ".join(f"{k} {steps[k]['startup_seconds']:.1f} s" for k, _, _ in ROWS[:3])
               + ") and, for the batch passes, loading the data ("
               + ", ".join(f"{steps[k]['load_seconds']:.1f} s" for k, _, _ in ROWS[3:]) + ")."]
+    check = steps["batches_struct"].get("check_seconds")
+    if check is not None:
+        lines.append(f"Loading `translation_struct` includes {check:.2f} s of checking the trees "
+                     f"against the text (sizes and the word starts of the subword markers): "
+                     f"{n / check:,.0f} sentences/s.")
     return "\n".join(lines)
 
 

@@ -10,13 +10,19 @@ format; one small integer per piece, see :mod:`fairseq_posattn.data.tree_files`)
 in constant memory and in ``--workers`` processes.
 
 A tree whose words differ from the words the pieces spell, a missing or extra
-tree, or a piece count that differs from the binarized source is an error
-naming the file, line and sentence.  Source and target files of different
-line counts are refused, naming both, before anything is written.  The
-texts of fairseq's reserved symbols (``<s>``, ``<pad>``, ``</s>``) typed as
-words are binarized as ``<unk>``, with a warning naming the lines (see
+tree, a piece count that differs from the binarized source, or pieces that
+the binarized source's subword markers group into other words
+(:mod:`~fairseq_posattn.data.alignment`) is an error naming the file, line
+and sentence.  Source and target files of different line counts are
+refused, naming both, before anything is written.  The texts of fairseq's
+reserved symbols (``<s>``, ``<pad>``, ``</s>``) typed as words are binarized
+as ``<unk>``, with a warning naming the lines (see
 :mod:`fairseq_posattn.compat.reserved_symbols`; plain ``fairseq-preprocess``
 writes the symbols' ids).
+
+One run at a time writes into a ``--destdir``: a second is refused naming the
+holder of the lock, and fairseq's text output appears in ``--destdir`` only
+when complete (:mod:`~fairseq_posattn.data.destination`).
 
 ``--control-trees left-neighbour|random-projective`` writes, instead of each
 parse, a deliberately wrong tree over the same words (see
@@ -24,6 +30,7 @@ parse, a deliberately wrong tree over the same words (see
 whether a structural model gains from syntax or from any tree-shaped signal.
 """
 
+import argparse
 import contextlib
 import functools
 import logging
@@ -35,7 +42,7 @@ from typing import Optional, Tuple
 
 import numpy as np
 from fairseq import options
-from fairseq.data import data_utils
+from fairseq.data import Dictionary, data_utils
 from fairseq_cli import preprocess
 from tqdm import tqdm
 
@@ -44,8 +51,10 @@ from ..errors import fail, unusual_characters
 from ..structure import (CONTROL_TREES, SCHEMES, StructureError, encode_piece_tree,
                          piece_word_map, words_from_pieces)
 from ..structure.conllu_io import SentenceIndex, index_sentences
+from .alignment import WordStarts
+from .destination import destination_lock, staged
 from .parse import InputIndex, scan_input
-from .tree_files import TREES, TreeFileWriter, blocks, refuse_mismatch, tree_dtype
+from .tree_files import TREES, TreeFileWriter, block_values, blocks, refuse_mismatch, tree_dtype
 
 logger = logging.getLogger("fairseq_posattn.preprocess")
 
@@ -168,6 +177,11 @@ def parts_map(workers: int, parts: int):
         yield pool.imap
 
 
+def dictionary_path(args, lang: str) -> str:
+    """Where fairseq-preprocess writes the dictionary of ``lang``."""
+    return os.path.join(args.destdir, f"dict.{lang}.txt")
+
+
 def write_trees(args, split: str, input_prefix: str) -> int:
     """Write the trees of one split in parts of :data:`PART` sentences (in
     ``--workers`` processes; the file is the same for any number); return
@@ -177,9 +191,13 @@ def write_trees(args, split: str, input_prefix: str) -> int:
     tree_path = f"{text_path}.{args.trees_suffix}"
     dest = preprocess.dataset_dest_prefix(args, split, src)
     binarized = data_utils.load_indexed_dataset(dest, None, args.dataset_impl)
-    if binarized is None:
-        raise FileNotFoundError(f"{dest}.bin/.idx not found: binarize the text first "
+    dictionary = dictionary_path(args, src)
+    missing = [path for path, there in ((f"{dest}.bin/.idx", binarized is not None),
+                                        (dictionary, os.path.exists(dictionary))) if not there]
+    if missing:
+        raise FileNotFoundError(f"{' and '.join(missing)} not found: binarize the text first "
                                 f"(run without --trees-only)")
+    words = WordStarts(Dictionary.load(dictionary), args.subword_scheme)
     if not os.path.exists(tree_path):
         raise FileNotFoundError(
             f"{tree_path} not found: parse the tokenized source of {text_path} into "
@@ -204,6 +222,10 @@ def write_trees(args, split: str, input_prefix: str) -> int:
                 f"{sizes[i - first]} pieces, but the binarized source in {dest} has "
                 f"{binarized.sizes[i] - 1} tokens; binarize this very file (same "
                 f"--srcdict/prefixes)", first=first)
+            words.refuse_misaligned(
+                block_values(binarized, first, first + len(sizes)), values, sizes,
+                lambda i: f"{text_path}, line {i + 1} (split '{split}', sentence {i}; "
+                f"binarized in {dest})", first=first)
             out.add_encoded(values, sizes)
             bar.update(len(sizes))
     what = f"{args.control_trees} control trees over the words" if args.control_trees else "trees"
@@ -211,15 +233,38 @@ def write_trees(args, split: str, input_prefix: str) -> int:
     return text.n_lines
 
 
+def refuse_existing_dictionaries(args) -> None:
+    """fairseq-preprocess's refusal to replace a dictionary in --destdir that
+    it would build, checked on --destdir (it writes into a staging folder)."""
+    sides = [(args.source_lang, args.srcdict)]
+    if not args.only_source:
+        sides.append((args.target_lang, args.tgtdict))
+    for lang, given in sides:
+        path = dictionary_path(args, lang)
+        if not given and os.path.exists(path):
+            raise FileExistsError(f"{path} exists: --destdir holds a binarized corpus already; "
+                                  f"write to another --destdir, or pass its dictionaries "
+                                  f"(--srcdict/--tgtdict) to binarize anew with them")
+
+
+def binarize_text(args) -> None:
+    """fairseq-preprocess into a staging folder whose files move into
+    --destdir when it has finished (:func:`~.destination.staged`)."""
+    refuse_existing_dictionaries(args)
+    with staged(args.destdir) as staging:
+        preprocess.main(argparse.Namespace(**{**vars(args), "destdir": staging}))
+
+
 def main(args):
     refuse_unequal_sides(args)
-    if not args.trees_only:
-        texts = [path for _, prefix in split_prefixes(args) for path in text_paths(args, prefix)
-                 if os.path.exists(path)]
-        with binarizing_as_unknown(texts):
-            preprocess.main(args)
-    for split, prefix in split_prefixes(args):
-        write_trees(args, split, prefix)
+    with destination_lock(args.destdir):
+        if not args.trees_only:
+            texts = [path for _, prefix in split_prefixes(args)
+                     for path in text_paths(args, prefix) if os.path.exists(path)]
+            with binarizing_as_unknown(texts):
+                binarize_text(args)
+        for split, prefix in split_prefixes(args):
+            write_trees(args, split, prefix)
 
 
 def cli_main(argv=None):

@@ -12,7 +12,9 @@ own source files.
 
 :class:`TreeFileWriter` writes it in constant memory (under temporary names,
 moved into place only when complete); :func:`load_trees` finds, checks and
-loads it, in constant memory too.
+loads it, in constant memory too, and checks it against the binarized source
+(:func:`refuse_unaligned`: one tree per sentence, over its pieces, grouping
+them into the words of their subword markers).
 """
 
 import itertools
@@ -21,11 +23,13 @@ import struct
 from typing import Iterator, Optional, Tuple
 
 import numpy as np
-from fairseq.data import ConcatDataset, indexed_dataset
+from fairseq.data import ConcatDataset, data_utils, indexed_dataset
 
 from ..structure import StructureError, encode_piece_tree
+from .alignment import WordStarts
 
 TREES = "trees"
+PARTIAL = f"{TREES}.partial"  # the tree files' names while they are written
 OLD_TREE_FILES = ("heads", "piece2word")  # two int32 files, before version 0.2
 BLOCK = 1 << 16  # sentences per step of the blockwise index work
 
@@ -72,7 +76,7 @@ class TreeFileWriter:
     def __init__(self, dest: str, dtype: np.dtype):
         self.dest = dest
         self.dtype = np.dtype(dtype)
-        self.partial = f"{dest}.{TREES}.partial"
+        self.partial = f"{dest}.{PARTIAL}"
         self.count = 0
 
     def __enter__(self) -> "TreeFileWriter":
@@ -206,12 +210,47 @@ def refuse_mismatch(mismatch: np.ndarray, describe, first: int = 0) -> None:
         raise StructureError(describe(first + int(bad[0]), len(bad)))
 
 
-def load_trees(data_path, split, src, tgt, impl, combine, upsample_primary):
-    """The tree dataset of ``split``; shards (``train1``, ...) are
-    concatenated as fairseq concatenates the text."""
+def block_values(dataset, start: int, end: int) -> np.ndarray:
+    """The values of sentences ``start`` to ``end - 1`` of a fairseq indexed
+    dataset, concatenated (one vectorised gather in the mmap format)."""
+    if not isinstance(dataset, indexed_dataset.MMapIndexedDataset):  # fairseq's older formats
+        return np.concatenate([np.asarray(dataset[i]) for i in range(start, end)])
+    index = dataset._index
+    sizes = index.sizes[start:end].astype(np.int64)
+    firsts = index._pointers[start:end] // np.dtype(index.dtype).itemsize
+    data = np.frombuffer(dataset._bin_buffer, dtype=index.dtype)
+    return data[np.repeat(firsts - (np.cumsum(sizes) - sizes), sizes) + np.arange(sizes.sum())]
+
+
+def refuse_unaligned(split: str, source, trees, words: WordStarts) -> None:
+    """StructureError unless the tree file ``trees`` has a tree for every
+    sentence of the binarized source ``source`` of ``split``, over as many
+    pieces, grouping them into the words that ``words`` reads from their
+    markers.  Checked block by block: memory does not grow with the corpus."""
+    if len(trees) != len(source):
+        raise StructureError(f"split '{split}': {len(source)} source sentences but {len(trees)} "
+                             f"trees; rerun fairseq-posattn-preprocess")
+    for start, end in blocks(len(trees)):
+        pieces = np.asarray(trees.sizes[start:end], dtype=np.int64)
+        refuse_mismatch(
+            pieces + 1 != source.sizes[start:end],  # EOS
+            lambda i, count: f"split '{split}', sentence {i}: the binarized source has "
+            f"{int(source.sizes[i]) - 1} tokens before EOS but its tree has "
+            f"{int(trees.sizes[i])} pieces ({count} sentences in this block differ); "
+            f"the trees do not belong to this text, rerun fairseq-posattn-preprocess",
+            first=start)
+        words.refuse_misaligned(block_values(source, start, end), block_values(trees, start, end),
+                                pieces, lambda i: f"split '{split}', sentence {i}", first=start)
+
+
+def load_trees(data_path, split, src, tgt, impl, combine, upsample_primary, words: WordStarts):
+    """The tree dataset of ``split``, each shard (``train1``, ...) checked
+    against its binarized source (:func:`refuse_unaligned`) and concatenated
+    as fairseq concatenates the text."""
     parts = []
     for k in itertools.count():
-        prefix = _tree_prefix(data_path, split + (str(k) if k > 0 else ""), src, tgt, impl)
+        shard = split + (str(k) if k > 0 else "")
+        prefix = _tree_prefix(data_path, shard, src, tgt, impl)
         if prefix is None:
             break
         dataset = load_tree_file(f"{prefix}.{TREES}")
@@ -227,6 +266,8 @@ def load_trees(data_path, split, src, tgt, impl, combine, upsample_primary):
                 f"{prefix}.{TREES}.{{bin,idx}} is missing: --task translation_struct needs "
                 f"the trees that fairseq-posattn-preprocess writes beside the binarized source"
             )
+        refuse_unaligned(shard, data_utils.load_indexed_dataset(prefix, words.dictionary, impl),
+                         dataset, words)
         parts.append(dataset)
         if not combine:
             break

@@ -2,7 +2,8 @@
 
 Training and ``fairseq-generate`` read the trees that
 ``fairseq-posattn-preprocess`` wrote beside the binarized source
-(``{split}.{src}-{tgt}.{src}.trees``);
+(``{split}.{src}-{tgt}.{src}.trees``), checked when a split is loaded to
+group its pieces into the words of their ``--subword-scheme`` markers;
 ``fairseq-interactive``, whose batches hold only the subword pieces of each
 input line, rebuilds the words, parses them with ``--parser`` and projects
 the trees back onto the pieces (:meth:`TranslationStructTask.inference_step`).  Either way the encoder receives ``src_depths`` and
@@ -14,16 +15,16 @@ import logging
 from dataclasses import dataclass, field
 from typing import Optional
 
-import numpy as np
 from fairseq import utils
 from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
+from ..data.alignment import WordStarts
 from ..data.parsers import PARSER_HELP, PARSERS, build_parser
 from ..data.tree_dataset import TreeLanguagePairDataset
-from ..data.tree_files import blocks, load_trees, refuse_mismatch
-from ..structure import SCHEMES, StructureError, batch_trees_of_pieces
+from ..data.tree_files import load_trees
+from ..structure import SCHEMES, batch_trees_of_pieces
 from ..structure.pieces import end_cut_word
 
 logger = logging.getLogger(__name__)
@@ -87,33 +88,11 @@ class TranslationStructTask(TranslationTask):
         trees = load_trees(
             data_path, split, self.cfg.source_lang, self.cfg.target_lang,
             self.cfg.dataset_impl, combine, self.cfg.upsample_primary,
+            WordStarts(self.src_dict, self.cfg.subword_scheme),
         )
-        self._check_sizes(split, pairs, trees)
         self.datasets[split] = TreeLanguagePairDataset(
             pairs, trees, rule=self.cfg.structural_relative_rule, name=split
         )
-
-    def _check_sizes(self, split, pairs, trees):
-        """Every sentence has a tree over as many pieces as the binarized
-        source (checked block by block: memory does not grow with the corpus)."""
-        if len(trees) != len(pairs):
-            raise StructureError(
-                f"split '{split}': {len(pairs)} source sentences but {len(trees)} trees; "
-                f"rerun fairseq-posattn-preprocess"
-            )
-        for start, end in blocks(len(trees)):
-            pieces = np.asarray(trees.sizes[start:end], dtype=np.int64)
-            if self.cfg.truncate_source:
-                pieces = np.minimum(pieces, self.cfg.max_source_positions - 1)
-            source = np.asarray(pairs.src_sizes[start:end])
-            refuse_mismatch(
-                pieces + 1 != source,  # EOS
-                lambda i, count: f"split '{split}', sentence {i}: the binarized source has "
-                f"{int(pairs.src_sizes[i]) - 1} tokens before EOS but its tree has "
-                f"{int(trees.sizes[i])} pieces ({count} sentences in this block differ); "
-                f"the trees do not belong to this text, rerun fairseq-posattn-preprocess",
-                first=start,
-            )
 
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
         """Decode; batches without trees (fairseq-interactive builds its own
