@@ -25,11 +25,14 @@ unchanged where the behaviour is absent:
 * :mod:`.bf16`: ``--bf16`` implies ``--tpu`` in fairseq's argument parsing,
   and fairseq-generate ignores it; the device is kept and decoding casts;
 * :mod:`.hydra`: ``TransformerConfig.from_namespace`` drops a hydra config's
-  plugin options; they are kept.
+  plugin options; they are kept;
+* :mod:`.input_options`: a resumed ``fairseq-train`` run reads its task options
+  from the command line alone, and the hub drops ``task=``; the plugin tasks'
+  input options come from the checkpoint, and another task is refused.
 """
 
-from . import (bf16, checkpoint_integrity, hub_skipped_inputs, hydra, interactive_lines,
-               last_batch, reserved_symbols, safe_loading, user_dir)
+from . import (bf16, checkpoint_integrity, hub_skipped_inputs, hydra, input_options,
+               interactive_lines, last_batch, reserved_symbols, safe_loading, user_dir)
 
 
 def install() -> None:
@@ -43,3 +46,4 @@ def install() -> None:
     last_batch.install()
     bf16.install()
     hydra.install()
+    input_options.install()

@@ -23,6 +23,7 @@ from ..errors import fail, quoted
 
 
 TAG_COLUMNS = ("upos", "xpos")
+MAX_PIECE_LENGTH = 60  # pos_tagging's --max-piece-length without a checkpoint
 PAD_TAG = -100  # target of padding: no loss, no accuracy
 UNSEEN_TAG = -1  # gold tag absent from training: no loss, always an error
 KNOWN, OOV, AMBIGUOUS = 0, 1, 2  # word classes

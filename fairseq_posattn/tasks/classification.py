@@ -5,8 +5,10 @@ from typing import Iterable, List
 from fairseq.data import Dictionary
 from fairseq.tasks import FairseqTask
 
+from .input_options import RemembersInputOptions
 
-class ClassificationTask(FairseqTask):
+
+class ClassificationTask(RemembersInputOptions, FairseqTask):
     """A token dictionary and a label dictionary.
 
     Targets are label indices minus the dictionary's special symbols (as in

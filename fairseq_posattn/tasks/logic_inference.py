@@ -36,6 +36,7 @@ from omegaconf import II
 from ..data.classification_data import classification_dataset, padded
 from ..errors import location, quoted
 from .classification import ClassificationTask
+from .input_options import fill_defaults, input_option, input_options
 
 # MacCartney's seven relations as Bowman et al. (2015) write them
 RELATIONS = ("=", "<", ">", "^", "|", "v", "#")
@@ -48,10 +49,9 @@ class LogicInferenceConfig(FairseqDataclass):
         default=None,
         metadata={"help": "directory with Bowman et al.'s train0..train12 and test0..test12"},
     )
-    max_train_operators: int = field(
-        default=6,
-        metadata={"help": "train on the files with at most this many operators (paper: 6)"},
-    )
+    max_train_operators: Optional[int] = input_option(
+        6, "train on the files with at most this many operators (paper: 6); the dictionary "
+           "is built from them")
     valid_every: int = field(
         default=20,
         metadata={"help": "every N-th line of the training files is held out as 'valid'"},
@@ -103,6 +103,7 @@ class LogicInferenceTask(ClassificationTask):
     def setup_task(cls, cfg: LogicInferenceConfig, **kwargs):
         if not cfg.data:
             raise ValueError("--task logic_inference needs the data directory (positional DATA)")
+        fill_defaults(cfg, input_options(LogicInferenceConfig))  # read by the dictionary
         if not 0 <= cfg.max_train_operators <= MAX_OPERATORS:
             raise ValueError(
                 f"--max-train-operators must be in 0..{MAX_OPERATORS}, got {cfg.max_train_operators}"

@@ -18,12 +18,14 @@ from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.tasks import FairseqTask, register_task
 
 from ..data.tagging import (
+    MAX_PIECE_LENGTH,
     TAG_COLUMNS,
     TaggedPieceDataset,
     TaggingVocabulary,
     read_tagged_sentences,
     treebank_file,
 )
+from .input_options import RemembersInputOptions, input_option
 
 logger = logging.getLogger(__name__)
 
@@ -34,34 +36,31 @@ class PosTaggingConfig(FairseqDataclass):
         default=None,
         metadata={"help": "UD treebank directory: *train.conllu, *dev.conllu, *test.conllu"},
     )
-    tag_column: ChoiceEnum(list(TAG_COLUMNS)) = field(
-        default="upos", metadata={"help": "the CoNLL-U column to predict"}
-    )
-    max_piece_length: int = field(
-        default=60, metadata={"help": "sentences are cut into pieces of at most this many words"}
-    )
-    min_word_count: int = field(
-        default=2,
-        metadata={"help": "training words seen fewer times share the <unk> embedding "
-                          "(their characters still count)"},
-    )
-    max_word_chars: int = field(
-        default=20,
-        metadata={"help": "characters of a word the character CNN reads (the first ones)"},
-    )
+    tag_column: Optional[ChoiceEnum(list(TAG_COLUMNS))] = input_option(
+        "upos", "the CoNLL-U column to predict")
+    max_piece_length: Optional[int] = input_option(
+        MAX_PIECE_LENGTH, "sentences are cut into pieces of at most this many words")
+    min_word_count: Optional[int] = input_option(
+        2, "training words seen fewer times share the <unk> embedding "
+           "(their characters still count)")
+    max_word_chars: Optional[int] = input_option(
+        20, "characters of a word the character CNN reads (the first ones)")
 
 
 @register_task("pos_tagging", dataclass=PosTaggingConfig)
-class PosTaggingTask(FairseqTask):
+class PosTaggingTask(RemembersInputOptions, FairseqTask):
     """Sequence tagging of UD treebanks; see the module doc."""
 
     cfg: PosTaggingConfig
 
     def __init__(self, cfg: PosTaggingConfig):
         super().__init__(cfg)
-        self.tag_column = str(cfg.tag_column)  # a fairseq choice enum, or a string
         self.state.add_factory("vocabulary", self._training_vocabulary)
         self._vocabulary = None  # (state it was built from, TaggingVocabulary)
+
+    @property
+    def tag_column(self) -> str:
+        return str(self.cfg.tag_column)  # a fairseq choice enum, or a string
 
     @classmethod
     def setup_task(cls, cfg: PosTaggingConfig, **kwargs):

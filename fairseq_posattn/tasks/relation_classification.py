@@ -38,6 +38,7 @@ from ..errors import quoted
 from ..metrics import NO_RELATION
 from ..models.relation.entity_positions import entity_distances
 from .classification import ClassificationTask
+from .input_options import fill_defaults, input_option, input_options
 
 FIELDS = ("token", "subj_start", "subj_end", "obj_start", "obj_end", "subj_type", "obj_type",
           "stanford_pos", "stanford_ner", "relation")
@@ -48,19 +49,13 @@ class RelationClassificationConfig(FairseqDataclass):
     data: Optional[str] = field(
         default=None, metadata={"help": "directory with train.json, dev.json, test.json (TACRED format)"}
     )
-    negative_label: str = field(
-        default=NO_RELATION,
-        metadata={"help": "the label that is no relation (left out of precision and recall)"},
-    )
-    min_word_count: int = field(
-        default=2,
-        metadata={"help": "words seen fewer times in train.json map to the unknown word"},
-    )
-    lowercase: bool = field(default=False, metadata={"help": "lowercase the words"})
-    no_entity_masking: bool = field(
-        default=False,
-        metadata={"help": "keep the subject and object words instead of SUBJ-<type>/OBJ-<type>"},
-    )
+    negative_label: Optional[str] = input_option(
+        NO_RELATION, "the label that is no relation (left out of precision and recall)")
+    min_word_count: Optional[int] = input_option(
+        2, "words seen fewer times in train.json map to the unknown word")
+    lowercase: Optional[bool] = input_option(False, "lowercase the words")
+    no_entity_masking: Optional[bool] = input_option(
+        False, "keep the subject and object words instead of SUBJ-<type>/OBJ-<type>")
     seed: int = II("common.seed")
 
 
@@ -119,6 +114,7 @@ class RelationClassificationTask(ClassificationTask):
     def setup_task(cls, cfg: RelationClassificationConfig, **kwargs):
         if not cfg.data:
             raise ValueError("--task relation_classification needs the data directory (positional DATA)")
+        fill_defaults(cfg, input_options(RelationClassificationConfig))  # read by the dictionaries
         train = read_tacred(os.path.join(cfg.data, "train.json"))
         words = Counter(w for example in train for w in cls.words(cfg, example))
         dictionary = Dictionary()

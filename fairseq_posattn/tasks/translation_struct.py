@@ -26,26 +26,23 @@ from ..data.tree_dataset import TreeLanguagePairDataset
 from ..data.tree_files import load_trees
 from ..structure import SCHEMES, batch_trees_of_pieces
 from ..structure.pieces import end_cut_word
+from .input_options import RemembersInputOptions, input_option
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
 class TranslationStructConfig(TranslationConfig):
-    structural_relative_rule: ChoiceEnum(["figure", "text"]) = field(
-        default="figure",
-        metadata={
-            "help": "relative structural position of two words on one path to the root: "
-            "sign(k-q)*|d_k-d_q| as the paper's Figure 1 computes it (figure), or "
-            "d_k-d_q as its text writes (text)"
-        },
+    structural_relative_rule: Optional[ChoiceEnum(["figure", "text"])] = input_option(
+        "figure",
+        "relative structural position of two words on one path to the root: "
+        "sign(k-q)*|d_k-d_q| as the paper's Figure 1 computes it (figure), or "
+        "d_k-d_q as its text writes (text)",
     )
-    subword_scheme: ChoiceEnum(list(SCHEMES)) = field(
-        default="subword_nmt",
-        metadata={
-            "help": "how source pieces make words: subword-nmt '@@ ' continuation, "
-            "sentencepiece '\u2581' word starts, or none (pieces are words)"
-        },
+    subword_scheme: Optional[ChoiceEnum(list(SCHEMES))] = input_option(
+        "subword_nmt",
+        "how source pieces make words: subword-nmt '@@ ' continuation, "
+        "sentencepiece '\u2581' word starts, or none (pieces are words)",
     )
     # fairseq-interactive parses its raw input (see PARSER_HELP)
     parser: Optional[ChoiceEnum(list(PARSERS))] = field(
@@ -59,7 +56,7 @@ class TranslationStructConfig(TranslationConfig):
 
 
 @register_task("translation_struct", dataclass=TranslationStructConfig)
-class TranslationStructTask(TranslationTask):
+class TranslationStructTask(RemembersInputOptions, TranslationTask):
     """Translation with the source's dependency trees (Wang et al. 2019)."""
 
     cfg: TranslationStructConfig

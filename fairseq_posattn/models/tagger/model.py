@@ -31,6 +31,7 @@ from fairseq.models import BaseFairseqModel, register_model, register_model_arch
 from fairseq.models.transformer import Embedding, TransformerConfig
 from torch import nn
 
+from ...data.tagging import MAX_PIECE_LENGTH
 from ...modules.attention_config import EncoderOptions, PositionAttentionConfig
 from .word_features import CharacterCNN, WordFeatures, load_word_vectors, read_vector_width
 from .residual_encoder import ResidualAttentionEncoder
@@ -143,9 +144,10 @@ def posattn_tagger(args):
     """SAN+PE[add] (learned position embeddings); P, R and conv1d tables of
     t = the task's --max-piece-length; PE[con] positions 64 wide (the authors')."""
     vectors = getattr(args, "pretrained_word_vectors", None)
+    if hasattr(args, "max_piece_length"):  # a hydra config's model group has no task options
+        _set_unset(args, dict(interaction_max_len=args.max_piece_length or MAX_PIECE_LENGTH))
     _set_unset(args, dict(
         encoder_position_concat_dim=64,
-        interaction_max_len=getattr(args, "max_piece_length", None),
         # settled here, so that the checkpoint's arguments record it
         word_embed_dim=read_vector_width(vectors) if vectors else DEFAULT_WORD_EMBED_DIM,
     ))

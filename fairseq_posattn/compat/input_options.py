@@ -1,0 +1,78 @@
+"""Checkpoints keep how they read their input on fairseq's training and hub routes.
+
+fairseq 0.12 (and fairseq-fixed 0.12.3.1) sets a resumed ``fairseq-train`` run
+up from its command line alone: a task option the run does not repeat takes
+its default, although the checkpoint was trained with another value.  And
+``from_pretrained(..., task=...)`` (any ``arg_overrides`` of
+``checkpoint_utils.load_model_ensemble_and_task`` with a ``task``) is dropped
+silently: the override reaches only keys inside the config's groups, never
+the task group's name.
+
+:func:`install` wraps two functions:
+
+* ``fairseq.tasks.setup_task``: when ``fairseq-train`` or ``fairseq-hydra-train``
+  sets its task up (in every process of a distributed run), the plugin tasks'
+  input options are first resolved in the run's config against the checkpoint
+  the run resumes
+  (:func:`fairseq_posattn.tasks.input_options.resolve_for_training`), so the
+  checkpoints it saves record them;
+* ``checkpoint_utils.load_model_ensemble_and_task``: a ``task`` override that
+  names another task than the checkpoint's is refused, naming both; the same
+  name is honoured (it is the task fairseq sets up).
+"""
+
+import functools
+
+from .patching import wrap_once
+
+
+def _training_config(task_cfg):
+    """The whole config of a training run whose task group ``task_cfg`` is, else
+    None: fairseq-train's and fairseq-hydra-train's name no checkpoint to
+    decode (``common_eval.path``), which every decoding command's does."""
+    from omegaconf import OmegaConf
+
+    root = task_cfg._get_parent() if OmegaConf.is_config(task_cfg) else None
+    if root is None or "checkpoint" not in root or "common_eval" not in root:
+        return None
+    return root if root.common_eval.path is None else None
+
+
+def _resolving_training_options(setup_task):
+    @functools.wraps(setup_task)
+    def wrapper(cfg, **kwargs):
+        training = None if kwargs.get("from_checkpoint") else _training_config(cfg)
+        if training is not None:
+            from ..tasks.input_options import resolve_for_training
+
+            resolve_for_training(training)
+        return setup_task(cfg, **kwargs)
+
+    return wrapper
+
+
+def _refusing_another_task(load_model_ensemble_and_task):
+    @functools.wraps(load_model_ensemble_and_task)
+    def wrapper(filenames, arg_overrides=None, *args, **kwargs):
+        from ..tasks.input_options import ContradictsCheckpoint
+
+        ensemble, cfg, task = load_model_ensemble_and_task(filenames, arg_overrides, *args,
+                                                           **kwargs)
+        asked = (arg_overrides or {}).get("task")
+        trained = getattr(getattr(cfg, "task", None), "_name", None)
+        if isinstance(asked, str) and trained is not None and asked != trained:
+            raise ContradictsCheckpoint(
+                f"task={asked!r} contradicts {', '.join(map(str, filenames))}, which was "
+                f"trained with task {trained!r}: a checkpoint is decoded with the task it was "
+                f"trained with; leave task= out, or load a checkpoint trained with {asked!r}"
+            )
+        return ensemble, cfg, task
+
+    return wrapper
+
+
+def install() -> None:
+    from fairseq import checkpoint_utils, tasks
+
+    wrap_once(tasks, "setup_task", _resolving_training_options)
+    wrap_once(checkpoint_utils, "load_model_ensemble_and_task", _refusing_another_task)

@@ -1,0 +1,162 @@
+"""Input options: task options that decide how a trained model reads its input.
+
+Some task options change what a trained model computes from a given input
+(the structural relative rule, the subword scheme, ...; docs/structure.md,
+"What a checkpoint remembers", lists every task option and says why it is or
+is not one).  Each is declared once with :func:`input_option`: its config
+value is None until resolved ("not given"), and its documented default
+applies only where no checkpoint says otherwise.  Every checkpoint records
+the resolved values in its task state (``task_state["input_options"]``), and
+the same rule holds on every route:
+
+* ``fairseq-train`` / ``fairseq-hydra-train`` resolve them before the task is
+  set up (:func:`resolve_for_training`): an option not given takes the value
+  of the checkpoint the run resumes (``checkpoint_last.pt``,
+  ``--restore-file``, ``--continue-once``), else of ``--finetune-from-model``,
+  else its documented default;
+* loading a checkpoint (``fairseq-generate``, ``-interactive``, ``-validate``,
+  ``from_pretrained``, the plugin's evaluations: fairseq calls the task's
+  ``load_state_dict``) gives an option not given the checkpoint's value;
+* a value given that differs from the checkpoint's is refused, naming both
+  (:class:`ContradictsCheckpoint`), except that ``--finetune-from-model``
+  starts a new model: there the value given wins, with a warning.
+
+A checkpoint saved before input options were recorded keeps the values given
+and the documented defaults, as the versions that wrote it did.
+"""
+
+import dataclasses
+import logging
+import os
+from enum import Enum
+from typing import Any, Dict, Mapping, Optional, Set
+
+logger = logging.getLogger(__name__)
+
+RECORD = "input_options"  # the key of the resolved values in a checkpoint's task state
+_DEFAULT = "input_option_default"  # the field metadata that marks an input option
+
+
+class ContradictsCheckpoint(ValueError):
+    """A task option given with another value than the checkpoint was trained with."""
+
+
+def input_option(default, help: str):
+    """The dataclass field of an input option: None (not given) until resolved."""
+    return dataclasses.field(default=None, metadata={
+        "help": f"{help} (default: the checkpoint's value; {_shown(default)} without one)",
+        _DEFAULT: default,
+    })
+
+
+def input_options(config_class) -> Dict[str, Any]:
+    """``{name: documented default}`` of the input options of a task config class."""
+    if config_class is None or not dataclasses.is_dataclass(config_class):
+        return {}
+    return {f.name: f.metadata[_DEFAULT] for f in dataclasses.fields(config_class)
+            if _DEFAULT in f.metadata}
+
+
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _shown(value) -> str:
+    return "'%s'" % value if isinstance(value, str) else str(value)
+
+
+def plain(value):
+    """A config value as a checkpoint records it (fairseq's choice enums as strings)."""
+    return value.value if isinstance(value, Enum) else value
+
+
+def values(cfg, options) -> Dict[str, Any]:
+    return {name: plain(getattr(cfg, name)) for name in options}
+
+
+def fill_defaults(cfg, options: Mapping[str, Any]) -> Set[str]:
+    """Give every option that is not given its documented default; the names not given."""
+    unset = {name for name in options if getattr(cfg, name, None) is None}
+    for name in unset:
+        setattr(cfg, name, options[name])
+    return unset
+
+
+def bind(cfg, options: Mapping[str, Any], recorded: Mapping[str, Any], unset: Set[str],
+         checkpoint: str, refuse: bool = True) -> None:
+    """Take the checkpoint's value of each option in ``unset`` (and drop it from
+    ``unset``); refuse a value given that differs, or with ``refuse=False`` keep
+    it with a warning."""
+    for name, saved in recorded.items():
+        if name not in options or saved is None:
+            continue  # an option this version does not have
+        if name in unset:
+            setattr(cfg, name, saved)
+            unset.discard(name)
+            continue
+        given = plain(getattr(cfg, name))
+        if given == saved:
+            continue
+        if not refuse:
+            logger.warning("%s %s differs from %s, which was trained with %s %s: the model "
+                           "is fine-tuned reading its input with %s", flag(name), _shown(given),
+                           checkpoint, flag(name), _shown(saved), _shown(given))
+            continue
+        raise ContradictsCheckpoint(
+            f"{flag(name)} {_shown(given)} contradicts {checkpoint}, which was trained with "
+            f"{flag(name)} {_shown(saved)}: leave the option out to use the checkpoint's value"
+        )
+
+
+class RemembersInputOptions:
+    """Mixin of a plugin task (first among its bases) whose config declares input
+    options: resolved when the task is made, recorded in its state (saved in
+    every checkpoint), bound to each checkpoint loaded into it."""
+
+    def __init__(self, cfg, *args, **kwargs):
+        options = input_options(getattr(type(self), "__dataclass", None))
+        self._not_given = fill_defaults(cfg, options)
+        super().__init__(cfg, *args, **kwargs)
+        self._input_options = options
+        self._record()
+
+    def _record(self):
+        self.state.merge_state_dict({RECORD: values(self.cfg, self._input_options)})
+
+    def load_state_dict(self, state_dict):
+        """Bind the input options to the checkpoint's (an ensemble's checkpoints
+        must agree); a checkpoint without a record leaves them as they are."""
+        bind(self.cfg, self._input_options, state_dict.get(RECORD) or {}, self._not_given,
+             "the checkpoint being loaded")
+        super().load_state_dict(state_dict)
+        self._record()
+
+
+def resumed_checkpoint(checkpoint) -> Optional[str]:
+    """The file fairseq-train restores (``checkpoint_utils.load_checkpoint``'s
+    choice, whose rules this follows), or None for a fresh start."""
+    suffix = checkpoint.checkpoint_suffix or ""
+    if checkpoint.restore_file == "checkpoint_last.pt":
+        path = os.path.join(checkpoint.save_dir, f"checkpoint_last{suffix}.pt")
+        if not os.path.isfile(path):
+            path = getattr(checkpoint, "continue_once", None) or checkpoint.finetune_from_model
+    else:
+        path = checkpoint.restore_file.replace(".pt", suffix + ".pt")
+    return path if path and os.path.isfile(path) else None
+
+
+def resolve_for_training(cfg) -> None:
+    """Resolve the input options of a training config (``cfg.task``) in place,
+    against the checkpoint it resumes or fine-tunes (see the module doc)."""
+    from fairseq import checkpoint_utils
+    from fairseq.tasks import TASK_DATACLASS_REGISTRY
+    from omegaconf import open_dict
+
+    options = input_options(TASK_DATACLASS_REGISTRY.get(getattr(cfg.task, "_name", None)))
+    path = resumed_checkpoint(cfg.checkpoint) if options else None
+    state = checkpoint_utils.load_checkpoint_to_cpu(path) if path else {}
+    recorded = (state.get("task_state") or {}).get(RECORD) or {}
+    with open_dict(cfg.task):  # a hydra config may lack the keys its config file leaves out
+        unset = fill_defaults(cfg.task, options)
+        bind(cfg.task, options, recorded, unset, path,
+             refuse=path != cfg.checkpoint.finetune_from_model)
