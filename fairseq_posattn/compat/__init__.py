@@ -17,11 +17,15 @@ have it, and leaves fairseq unchanged where the behaviour is absent:
 * :mod:`.bf16`: ``--bf16`` implies ``--tpu`` in fairseq's argument parsing,
   and fairseq-generate ignores it; the device is kept and decoding casts;
 * :mod:`.hydra`: ``TransformerConfig.from_namespace`` drops a hydra config's
-  plugin options; they are kept.
+  plugin options; they are kept;
+* :mod:`.option_names`: a checkpoint's unknown task keys are dropped silently,
+  and unknown keys and flags are refused without the nearest valid name; the
+  plugin's task configs are checked (:mod:`fairseq_posattn.config_check`) and
+  the nearest name is given.
 """
 
 from . import (bf16, checkpoint_integrity, hydra, interactive_lines, last_batch,
-               safe_loading, user_dir)
+               option_names, safe_loading, user_dir)
 
 
 def install() -> None:
@@ -31,5 +35,6 @@ def install() -> None:
     interactive_lines.install()
     user_dir.install()
     last_batch.install()
+    option_names.install()  # before bf16, which reads parse_args_and_arch's code once
     bf16.install()
     hydra.install()
