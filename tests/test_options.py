@@ -10,6 +10,7 @@ Everything in-process at a tiny size; nothing trains."""
 
 import copy
 import functools
+import shutil
 from dataclasses import dataclass, fields
 from enum import Enum
 from typing import Dict, List, Optional
@@ -25,7 +26,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf, open_dict
 
 import fairseq_posattn  # noqa: F401  (registers the models and tasks)
-from conftest import REPO, USER_DIR
+from conftest import REPO, USER_DIR, run_cli
 from test_logic_inference import TRAIN_MAX, logic_data  # noqa: F401  (fixture)
 from test_pos_tagging import treebank  # noqa: F401  (fixture)
 from test_relation_classification import toy_tacred  # noqa: F401  (fixture)
@@ -47,13 +48,16 @@ class Family:
     tiny: Dict[str, object]
 
 
+TINY_TRANSLATION = {
+    "task.source_lang": "en", "task.target_lang": "de", "model.encoder_layers": 1,
+    "model.decoder_layers": 1, "model.encoder_embed_dim": 32, "model.decoder_embed_dim": 32,
+    "model.encoder_ffn_embed_dim": 64, "model.decoder_ffn_embed_dim": 64,
+    "model.encoder_attention_heads": 2, "model.decoder_attention_heads": 2}
 FAMILIES = {
+    "positions": Family("positions", "translation", "transformer_posattn", "dictionaries",
+                        TINY_TRANSLATION),
     "structure": Family("structure", "translation_struct", "transformer_struct", "dictionaries", {
-        "task.source_lang": "en", "task.target_lang": "de", "model.encoder_layers": 1,
-        "model.decoder_layers": 1, "model.encoder_embed_dim": 32, "model.decoder_embed_dim": 32,
-        "model.encoder_ffn_embed_dim": 64, "model.decoder_ffn_embed_dim": 64,
-        "model.encoder_attention_heads": 2, "model.decoder_attention_heads": 2,
-        "model.max_source_positions": 64, "model.max_target_positions": 64}),
+        **TINY_TRANSLATION, "model.max_source_positions": 64, "model.max_target_positions": 64}),
     "tagging": Family("tagging", "pos_tagging", "posattn_tagger", "treebank", {
         "task.max_piece_length": 12, "model.word_embed_dim": 8, "model.char_embed_dim": 8,
         "model.encoder_layers": 1}),
@@ -204,7 +208,7 @@ def hydra_value(value) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def composed(family: Family, data, overrides: Dict[str, object]):
+def composed(family: Family, data, overrides: Dict[str, object], directory=CONFIGS):
     """The family's example config with ``overrides`` (``section.key``: value;
     a key the config lacks is added with ``++``, a key written ``+section.key``
     as it is), as fairseq-hydra-train hands it to fairseq-train's ``main``."""
@@ -215,7 +219,7 @@ def composed(family: Family, data, overrides: Dict[str, object]):
         arguments.append(f"{prefix}{key}={hydra_value(value)}")
     # composed against fairseq's schema, then fairseq_cli.hydra_train._hydra_main's steps
     cfg = OmegaConf.merge(OmegaConf.structured(FairseqConfig),
-                          compose_config(family.config, arguments))
+                          compose_config(family.config, arguments, directory))
     add_defaults(cfg)
     cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True))
     OmegaConf.set_struct(cfg, True)
@@ -236,8 +240,8 @@ def listed_keys(config: str) -> Dict[str, set]:
             if section != "hydra"}
 
 
-def compose_config(name: str, arguments: List[str]):
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base=None):
+def compose_config(name: str, arguments: List[str], directory=CONFIGS):
+    with initialize_config_dir(config_dir=str(directory), version_base=None):
         return compose(name, arguments)
 
 
@@ -372,3 +376,74 @@ def test_an_option_on_a_route(option, route, routes, data_files, capsys):
     error = refused(family.checkpoint, cfg, section,
                     lambda saved: saved[section].update({option.name: wrong}))
     assert expected_refusal(option, wrong) in error
+
+
+# ------------------------------------------- the issue's cases, hydra end to end
+
+def parameters(model) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+REFUSED_OVERRIDES = {
+    "+model.relative_positon": (True, "model.relative_positon: transformer_posattn has no such "
+                                      "option; did you mean model.relative_positions?"),
+    "++model.relative_positon": (True, "did you mean model.relative_positions?"),
+    "model.position_interactions": ("pr", "model.position_interactions: 'pr' is not one of "
+                                          "none, P, R, PR"),
+    "model.encoder_position_embedding": ("concatt", "'concatt' is not one of add, concat, none"),
+    "model.relative_positions": ("maybe", "model.relative_positions: 'maybe' is not true or false"),
+    "model.max_relative_position": ("sixteen", "'sixteen' is not an integer"),
+}
+
+
+@pytest.mark.parametrize("key", REFUSED_OVERRIDES)
+def test_a_hydra_override_is_refused_by_name(key, dictionaries):
+    value, refusal = REFUSED_OVERRIDES[key]
+    cfg = composed(FAMILIES["positions"], dictionaries, {key: value})
+    assert refusal in refused(train_main, cfg)
+
+
+def test_a_typo_in_a_hydra_config_file_is_refused(dictionaries, tmp_path):
+    shutil.copytree(CONFIGS, tmp_path, dirs_exist_ok=True)
+    config = tmp_path / "positions.yaml"
+    config.write_text(config.read_text().replace("model:\n", "model:\n  relative_positon: true\n"))
+    cfg = composed(FAMILIES["positions"], dictionaries, {}, directory=tmp_path)
+    assert "did you mean model.relative_positions?" in refused(train_main, cfg)
+
+
+# hydra overrides and what they add to the tiny transformer_posattn (1 encoder
+# layer, d = 32, 2 heads, t = 256): Shaw's a^K and a^V, 2k+1 vectors of d/h each
+# (k = 16 unless set); Dufter's P (h t^2) and R (h (2t - 1)).  A value written as
+# a string is converted to the option's type.
+EFFECTS = [
+    ({"model.relative_positions": True}, 2 * 33 * 16),
+    ({"model.relative_positions": "'true'"}, 2 * 33 * 16),
+    ({"model.relative_positions": "'false'"}, 0),
+    ({"model.relative_positions": True, "model.max_relative_position": "'4'"}, 2 * 9 * 16),
+    ({"model.position_interactions": "P"}, 2 * 256 * 256),
+    ({"model.position_interactions": "R"}, 2 * 511),
+    ({"model.position_interactions": "PR"}, 2 * 256 * 256 + 2 * 511),
+]
+
+
+@pytest.fixture(scope="module")
+def default_size(dictionaries) -> int:
+    return parameters(train_main(composed(FAMILIES["positions"], dictionaries, {}))[1])
+
+
+@pytest.mark.parametrize("overrides, added", EFFECTS, ids=[str(e[0]) for e in EFFECTS])
+def test_a_hydra_option_takes_effect(overrides, added, dictionaries, default_size):
+    _, model = train_main(composed(FAMILIES["positions"], dictionaries, overrides))
+    assert parameters(model) - default_size == added
+
+
+@pytest.mark.slow
+def test_fairseq_hydra_train_refuses_a_misspelled_option(dictionaries, tmp_path):
+    """The example of docs/setup.md, as a command line."""
+    proc = run_cli("fairseq-hydra-train", "--config-dir", CONFIGS, "--config-name", "positions",
+                   f"common.user_dir={USER_DIR}", f"task.data={dictionaries}",
+                   "task.source_lang=en", "task.target_lang=de", "+model.relative_positon=true",
+                   check=False, cwd=tmp_path)
+    assert proc.returncode != 0
+    assert ("ValueError: model.relative_positon: transformer_posattn has no such option; "
+            "did you mean model.relative_positions?") in proc.stderr
