@@ -20,12 +20,16 @@ converted, so that what is built is what the declaration means.
 Why the models are not registered with a dataclass (``register_model(name,
 dataclass=...)``, fairseq's own way, which the tasks use): the plugin's models
 extend fairseq's legacy Transformer, whose flat options (``encoder_embed_dim``,
-...) fairseq 0.12 declares in no flat dataclass; and for a model registered
-with one, fairseq (``fairseq.models.build_model``) skips the architecture
-function of the model's own name, fills every default before a named
-architecture's function runs (so ``transformer_struct`` and the paper rows
-would lose their settings), builds from an argparse namespace only the
-declared fields, and silently drops a checkpoint's unknown keys.
+...) fairseq 0.12 declares in no flat dataclass (``TransformerConfig`` nests
+them); and for a model registered with one, fairseq registers a no-op
+architecture under the model's name (``transformer_posattn`` sets the base
+sizes), fairseq-hydra-train fills every default of the dataclass before a
+named architecture's function runs (``transformer_struct`` and the paper rows
+set only what is unset, so they would lose their settings), and
+``fairseq.models.build_model`` keeps only the declared fields of
+fairseq-train's namespace and drops a checkpoint's unknown keys without a
+word.  So the options keep their dataclasses (each model's ``option_groups``),
+and the checks here read them.
 """
 
 import argparse
@@ -48,6 +52,7 @@ def nearest(name: str, known: Iterable[str]) -> Optional[str]:
 
 
 def refuse_unknown(section: str, owner: str, keys: Iterable[str], known: Iterable[str]) -> None:
+    """Refuse the first of ``keys`` outside ``known``, naming the nearest known one."""
     known = set(known)
     for key in sorted(set(keys) - known):
         guess = nearest(key, known)
@@ -148,6 +153,9 @@ def check_model_config(model_cls, cfg) -> None:
     model's own keys.
     """
     owner = getattr(cfg, "_name", None) or getattr(cfg, "arch", None) or model_cls.__name__
+    # fairseq copies fairseq-train's namespace into the model config whole, the
+    # other components' options included (and the hub adds its keyword
+    # arguments to it when it loads): its keys are no model's to refuse
     known = None if isinstance(cfg, argparse.Namespace) else model_keys(model_cls)
     check_options("model", owner, cfg, model_cls.option_groups, known)
 

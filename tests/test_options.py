@@ -20,7 +20,7 @@ import torch
 from fairseq import checkpoint_utils, options, tasks
 from fairseq.dataclass.configs import FairseqConfig
 from fairseq.dataclass.initialize import add_defaults
-from fairseq.models import MODEL_REGISTRY
+from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY
 from fairseq.tasks import TASK_DATACLASS_REGISTRY
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf, open_dict
@@ -30,9 +30,6 @@ from conftest import REPO, USER_DIR, run_cli
 from test_logic_inference import TRAIN_MAX, logic_data  # noqa: F401  (fixture)
 from test_pos_tagging import treebank  # noqa: F401  (fixture)
 from test_relation_classification import toy_tacred  # noqa: F401  (fixture)
-
-from fairseq_posattn.modules.attention_config import PositionAttentionConfig
-from fairseq_posattn.modules.recurrence_config import RecurrenceConfig
 
 CONFIGS = REPO / "examples" / "hydra"
 
@@ -103,7 +100,8 @@ VALID = {
     "task.structural_relative_rule": "text", "task.subword_scheme": "sentencepiece",
     "task.parser": "spacy", "task.parser_model": "en_core_web_sm", "task.parser_lang": "de",
     "task.stanza_dir": "stanza", "task.tag_column": "xpos", "task.max_piece_length": 10,
-    "task.min_word_count": 1, "task.max_word_chars": 10, "task.max_train_operators": 2, "task.valid_every": 5,
+    "task.min_word_count": 1, "task.max_word_chars": 10, "task.max_train_operators": 2,
+    "task.valid_every": 5,
     "task.negative_label": "other", "task.lowercase": True, "task.no_entity_masking": True,
 }
 # what an option needs besides itself to build
@@ -155,25 +153,21 @@ def declared_type(f):
 
 
 def family_of(group) -> str:
-    if group in (PositionAttentionConfig, RecurrenceConfig):
+    """The family whose task or model declares ``group`` (the encoder's: structure)."""
+    if group in ARCH_MODEL_REGISTRY["transformer_posattn"].option_groups:
         return "structure"
-    task = [name for name, dc in TASK_DATACLASS_REGISTRY.items() if dc is group]
-    models = [cls for cls in MODEL_REGISTRY.values() if group in getattr(cls, "option_groups", ())]
     for name, family in FAMILIES.items():
-        if family.task in task or any(family.arch in arch_names(cls) for cls in models):
+        if group is TASK_DATACLASS_REGISTRY.get(family.task) or group in getattr(
+                ARCH_MODEL_REGISTRY[family.arch], "option_groups", ()):
             return name
     raise AssertionError(f"no family tests {group.__name__}")
 
 
-def arch_names(model_cls) -> list:
-    from fairseq.models import ARCH_MODEL_REGISTRY
-
-    return [arch for arch, cls in ARCH_MODEL_REGISTRY.items() if cls is model_cls]
-
-
-PLUGIN_MODELS = [cls for cls in MODEL_REGISTRY.values() if cls.__module__.startswith("fairseq_posattn.")]
+PLUGIN_MODELS = [cls for cls in MODEL_REGISTRY.values()
+                 if cls.__module__.startswith("fairseq_posattn.")]
 MODEL_GROUPS = list(dict.fromkeys(group for cls in PLUGIN_MODELS for group in cls.option_groups))
-TASK_GROUPS = [dc for dc in TASK_DATACLASS_REGISTRY.values() if dc.__module__.startswith("fairseq_posattn.")]
+TASK_GROUPS = [dc for dc in TASK_DATACLASS_REGISTRY.values()
+               if dc.__module__.startswith("fairseq_posattn.")]
 OPTIONS = [Option(section, f.name, declared_type(f), family_of(group))
            for section, groups in (("model", MODEL_GROUPS), ("task", TASK_GROUPS))
            for group in groups for f in own_fields(group) if f.name not in PLUMBING]

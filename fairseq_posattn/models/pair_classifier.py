@@ -46,7 +46,8 @@ class PairClassifierOptions(EncoderOptions):
     classifier_hidden_dim: Optional[int] = field(
         default=None, metadata={"help": "their width (default: --encoder-embed-dim)"})
     classifier_dropout: Optional[float] = field(
-        default=None, metadata={"help": "dropout before each classifier layer (default: --dropout)"})
+        default=None,
+        metadata={"help": "dropout before each classifier layer (default: --dropout)"})
 
 
 class PairClassificationHead(nn.Module):

@@ -129,7 +129,8 @@ def check_every_parameter_gets_a_gradient(args) -> None:
 class PositionAwareTransformerModel(TransformerModel):
     """Transformer (Vaswani et al. 2017) whose encoder takes position options."""
 
-    # the plugin's options; fairseq's legacy Transformer declares the others
+    # the plugin's options; fairseq's legacy Transformer declares the others (why
+    # no dataclass is registered with the model: fairseq_posattn.config_check)
     option_groups = (PositionAttentionConfig, RecurrenceConfig)
 
     @classmethod

@@ -66,7 +66,8 @@ class RelationClassifierOptions(EncoderOptions):
         default=False,
         metadata={"help": "Zhang et al.'s unbinned distances instead of Bilan & Roth's bins"})
     no_object_position_input: bool = field(
-        default=False, metadata={"help": "do not add object-distance embeddings to the encoder input"})
+        default=False,
+        metadata={"help": "do not add object-distance embeddings to the encoder input"})
     # the encoder layer of Sec. 3.1.2 (RelationLayerOptions)
     encoder_norm: ChoiceEnum(["layer", "batch"]) = field(
         default="layer", metadata={"help": "normalisation in the encoder layers"})
