@@ -78,15 +78,16 @@ def with_nearest_flags(parser: argparse.ArgumentParser, argv, message: str) -> s
 
     if not message.startswith(UNRECOGNIZED):
         return message
-    flags = [flag for action in parser._actions for flag in action.option_strings]
+    names = [flag[2:] for action in parser._actions for flag in action.option_strings
+             if flag.startswith("--")]
     switches = {flag for action in parser._actions if action.nargs == 0
                 for flag in action.option_strings}
     notes = []
     for argument in message[len(UNRECOGNIZED):].split(" "):
         if argument.startswith("--"):
-            guess = nearest(argument.split("=")[0], flags)
+            guess = nearest(argument.split("=")[0][2:], names)
             if guess:
-                notes.append(f"{argument}: did you mean {guess}?")
+                notes.append(f"{argument}: did you mean --{guess}?")
         elif argument in argv and argv.index(argument) > 0:
             before = argv[argv.index(argument) - 1]
             if before in switches:
