@@ -8,6 +8,7 @@ a typo of its name (refused, naming the option meant), an invalid choice
 (refused, listing the choices) and a value of the wrong type (refused).
 Everything in-process at a tiny size; nothing trains."""
 
+import argparse
 import copy
 import functools
 import shutil
@@ -235,7 +236,10 @@ def listed_keys(config: str) -> Dict[str, set]:
 
 
 def compose_config(name: str, arguments: List[str], directory=CONFIGS):
-    with initialize_config_dir(config_dir=str(directory), version_base=None):
+    # hydra 1.1's defaults, as fairseq-hydra-train's hydra.main (no version_base)
+    # has them; a later base would stay set and stop fairseq's
+    # convert_namespace_to_omegaconf, which still uses hydra.experimental
+    with initialize_config_dir(config_dir=str(directory), version_base="1.1"):
         return compose(name, arguments)
 
 
@@ -276,6 +280,13 @@ class Routes:
         train_main(cfg)
         return cfg
 
+    @staticmethod
+    def save(container: dict, path) -> None:
+        """A checkpoint of the saved config ``container``, without weights."""
+        torch.save({"cfg": container, "model": {}, "extra_state": {"train_iterator": None},
+                    "optimizer_history": [{"criterion_name": "", "optimizer_name": "",
+                                           "lr_scheduler_state": {}, "num_updates": 0}]}, path)
+
     def checkpoint(self, cfg, section: str, change=None):
         """``load_model_ensemble_and_task`` of a checkpoint whose saved config is
         ``cfg`` (a hydra config; ``change(container)`` edits it first), its
@@ -286,9 +297,7 @@ class Routes:
         if change is not None:
             change(container)
         path = self.tmp_path / "checkpoint.pt"
-        torch.save({"cfg": container, "model": {}, "extra_state": {"train_iterator": None},
-                    "optimizer_history": [{"criterion_name": "", "optimizer_name": "",
-                                           "lr_scheduler_state": {}, "num_updates": 0}]}, path)
+        self.save(container, path)
         _, loaded, _ = checkpoint_utils.load_model_ensemble_and_task(
             [str(path)], arg_overrides={"data": str(self.data)}, strict=False,
             task=self.task if section == "model" else None)
@@ -441,3 +450,30 @@ def test_fairseq_hydra_train_refuses_a_misspelled_option(dictionaries, tmp_path)
     assert proc.returncode != 0
     assert ("ValueError: model.relative_positon: transformer_posattn has no such option; "
             "did you mean model.relative_positions?") in proc.stderr
+
+
+def test_a_fairseq_train_checkpoint_and_model_overrides_are_checked(dictionaries, tmp_path):
+    """A checkpoint of fairseq-train keeps its model config as the parsed
+    namespace (every option of the run): its values are checked, so a value
+    that ``--model-overrides`` of fairseq-generate (``arg_overrides``) sets is."""
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    routes = Routes(FAMILIES["positions"], dictionaries, tmp_path)
+    args, _ = routes.command_line(["--source-lang", "en", "--target-lang", "de",
+                                   "--relative-positions", "--encoder-layers", "1"], None)
+    cfg = convert_namespace_to_omegaconf(args)
+    assert isinstance(cfg.model, argparse.Namespace)
+    path = tmp_path / "checkpoint.pt"
+    routes.save(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), path)
+
+    def load(**overrides):
+        return checkpoint_utils.load_model_ensemble_and_task(
+            [str(path)], arg_overrides={"data": str(dictionaries), **overrides}, strict=False)
+
+    (model,), loaded, _ = load()
+    assert loaded.model.relative_positions is True
+    assert any(".value_terms." in name for name, _ in model.named_parameters())
+    assert "model.position_interactions: 'pr' is not one of none, P, R, PR" in refused(
+        lambda: load(position_interactions="pr"))
+    assert "model.relative_positions: 'maybe' is not true or false" in refused(
+        lambda: load(relative_positions="maybe"))
