@@ -253,6 +253,7 @@ class Routes:
         self.family, self.data, self.tmp_path = family, data, tmp_path
         self.base = composed(family, data, {})
         self.task, _ = train_main(copy.deepcopy(self.base))
+        self._valid = {}
 
     def command_line(self, flags: List[str], capsys):
         """fairseq-train's parse: ``(args, "")``, or ``(None, its error)``."""
@@ -262,6 +263,13 @@ class Routes:
             return options.parse_args_and_arch(options.get_training_parser(), argv), ""
         except SystemExit:
             return None, capsys.readouterr().err
+
+    def valid(self, section: str, values: Dict[str, object]):
+        """:meth:`hydra` of valid ``values``, once for the hydra and the checkpoint route."""
+        key = (section, tuple(sorted(values.items())))
+        if key not in self._valid:
+            self._valid[key] = self.hydra(section, values)
+        return self._valid[key]
 
     def hydra(self, section: str, values: Dict[str, object]):
         """fairseq-hydra-train's steps up to the built model, with ``values``
@@ -359,7 +367,7 @@ def test_an_option_on_a_route(option, route, routes, data_files, capsys):
             assert f"argument {option.flag}: invalid" in error and repr(wrong) in error
         return
     section, companions = option.section, COMPANIONS.get(option.key, {})
-    cfg = family.hydra(section, {**companions, option.name: value})
+    cfg = family.valid(section, {**companions, option.name: value})
     assert cfg[section][option.name] == value
     typo = f"{section}.{option.typo}: "
     if route == "hydra":
