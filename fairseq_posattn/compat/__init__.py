@@ -18,10 +18,10 @@ have it, and leaves fairseq unchanged where the behaviour is absent:
   and fairseq-generate ignores it; the device is kept and decoding casts;
 * :mod:`.hydra`: ``TransformerConfig.from_namespace`` drops a hydra config's
   plugin options; they are kept;
-* :mod:`.option_names`: a checkpoint's unknown task keys are dropped silently,
-  and unknown keys and flags are refused without the nearest valid name; the
-  plugin's task configs are checked (:mod:`fairseq_posattn.config_check`) and
-  the nearest name is given.
+* :mod:`.option_names`: fairseq builds a legacy model from whatever its config
+  holds and drops a checkpoint's unknown task keys silently, and refuses an
+  unknown key or flag without the name meant; the plugin's model and task
+  configs are checked (:mod:`fairseq_posattn.config_check`), naming it.
 """
 
 from . import (bf16, checkpoint_integrity, hydra, interactive_lines, last_batch,
