@@ -28,11 +28,16 @@ unchanged where the behaviour is absent:
   plugin options; they are kept;
 * :mod:`.input_options`: a resumed ``fairseq-train`` run reads its task options
   from the command line alone, and the hub drops ``task=``; the plugin tasks'
-  input options come from the checkpoint, and another task is refused.
+  input options come from the checkpoint, and another task is refused;
+* :mod:`.option_names`: fairseq builds a legacy model from whatever its config
+  holds and drops a checkpoint's unknown task keys silently, and refuses an
+  unknown key or flag without the name meant; the plugin's model and task
+  configs are checked (:mod:`fairseq_posattn.config_check`), naming it.
 """
 
 from . import (bf16, checkpoint_integrity, hub_skipped_inputs, hydra, input_options,
-               interactive_lines, last_batch, reserved_symbols, safe_loading, user_dir)
+               interactive_lines, last_batch, option_names, reserved_symbols, safe_loading,
+               user_dir)
 
 
 def install() -> None:
@@ -44,6 +49,7 @@ def install() -> None:
     hub_skipped_inputs.install()
     user_dir.install()
     last_batch.install()
+    option_names.install()  # before bf16, which reads parse_args_and_arch's code once
     bf16.install()
     hydra.install()
     input_options.install()

@@ -13,7 +13,7 @@ options arrive as None).
 undeclared keys, and copies them over as it copies a namespace's.
 """
 
-from .patching import MARK, wrap_once
+from .patching import wrap_once
 
 
 def _undeclared_keys(config, args) -> dict:
@@ -36,7 +36,6 @@ def _keeping_undeclared_keys(from_namespace):
         return config
 
     wrapper.__wrapped__ = from_namespace
-    setattr(wrapper, MARK, True)  # read through the bound method
     return classmethod(wrapper)
 
 

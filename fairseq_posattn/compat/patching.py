@@ -4,9 +4,13 @@ MARK = "__fairseq_posattn_compat__"
 
 
 def wrap_once(owner, name: str, wrap) -> None:
-    """Replace ``owner.name`` by ``wrap(owner.name)`` unless a repair already did."""
+    """Replace ``owner.name`` by ``wrap(owner.name)`` unless ``wrap`` already
+    did; several repairs may wrap one function, each once."""
     current = getattr(owner, name)
-    if not getattr(current, MARK, False):
+    applied = getattr(current, MARK, frozenset())
+    key = f"{wrap.__module__}.{wrap.__qualname__}"
+    if key not in applied:
         wrapper = wrap(current)
-        setattr(wrapper, MARK, True)
+        # a classmethod is read through its bound method, whose attributes are its function's
+        setattr(getattr(wrapper, "__func__", wrapper), MARK, applied | {key})
         setattr(owner, name, wrapper)

@@ -10,10 +10,12 @@ recurrence option), builds and validates the encoder, and reports
 import argparse
 
 from fairseq.models import BaseFairseqModel
+from fairseq.models.transformer import TransformerModel
 
 from .encoder import PositionAwareEncoder
 from .transformer_posattn import (
     PositionAwareTransformerModel,
+    add_options,
     check_encoder_options,
     check_every_parameter_gets_a_gradient,
     keep_encoder_layers,
@@ -38,6 +40,8 @@ def is_decoder_flag(dest: str) -> bool:
 class PositionAwareEncoderModel(BaseFairseqModel):
     """A :class:`PositionAwareEncoder` plus a task-specific head (subclasses)."""
 
+    option_groups = PositionAwareTransformerModel.option_groups  # a head adds its own
+
     def __init__(self, encoder: PositionAwareEncoder):
         super().__init__()
         self.encoder = encoder
@@ -45,15 +49,16 @@ class PositionAwareEncoderModel(BaseFairseqModel):
     @classmethod
     def add_args(cls, parser):
         """fairseq's Transformer flags without the decoder's, and the
-        encoder's position and recurrence options."""
+        model's options (:attr:`option_groups`)."""
         # the same default handling as the parser's (fairseq's model group
         # suppresses unset flags so that the arch functions fill them in)
         full = argparse.ArgumentParser(add_help=False, argument_default=parser.argument_default)
-        PositionAwareTransformerModel.add_args(full)
+        TransformerModel.add_args(full)
         group = parser.add_argument_group("encoder")
         for action in full._actions:
             if not is_decoder_flag(action.dest):
                 group._add_action(action)
+        add_options(group, cls.option_groups)
 
     @staticmethod
     def prepare_encoder_args(args) -> None:

@@ -22,14 +22,32 @@ Recurrent layers are bidirectional (as in the hybrid encoder) unless
 ``--encoder-recurrent-unidirectional``.
 """
 
+from dataclasses import dataclass, field
+from typing import Optional
+
 import torch
 import torch.nn.functional as F
+from fairseq.dataclass import ChoiceEnum
 from fairseq.models import register_model, register_model_architecture
 from torch import nn
 
+from ..modules.attention_config import EncoderOptions
 from ..modules.pooling import POOLING
 from .encoder_only import HEAD_NAME, PositionAwareEncoderModel
 from .transformer_posattn import _paper_row, _set_unset, transformer_posattn
+
+
+@dataclass
+class PairClassifierOptions(EncoderOptions):
+    pooling: ChoiceEnum(sorted(POOLING)) = field(
+        default="max", metadata={"help": "sentence vector from the encoder states"})
+    classifier_layers: int = field(
+        default=1, metadata={"help": "hidden ReLU layers of the pair classifier"})
+    classifier_hidden_dim: Optional[int] = field(
+        default=None, metadata={"help": "their width (default: --encoder-embed-dim)"})
+    classifier_dropout: Optional[float] = field(
+        default=None,
+        metadata={"help": "dropout before each classifier layer (default: --dropout)"})
 
 
 class PairClassificationHead(nn.Module):
@@ -52,22 +70,12 @@ class PairClassificationHead(nn.Module):
 class SentencePairClassifier(PositionAwareEncoderModel):
     """A shared :class:`PositionAwareEncoder` over both sentences, pooled, classified."""
 
+    option_groups = (*PositionAwareEncoderModel.option_groups, PairClassifierOptions)
+
     def __init__(self, encoder, pooling: str, head: PairClassificationHead):
         super().__init__(encoder)
         self.pooling = pooling
         self.classification_heads = nn.ModuleDict({HEAD_NAME: head})
-
-    @classmethod
-    def add_args(cls, parser):
-        super().add_args(parser)
-        parser.add_argument("--pooling", choices=sorted(POOLING),
-                            help="sentence vector from the encoder states (default: max)")
-        parser.add_argument("--classifier-layers", type=int,
-                            help="hidden ReLU layers of the pair classifier (default: 1)")
-        parser.add_argument("--classifier-hidden-dim", type=int,
-                            help="their width (default: --encoder-embed-dim)")
-        parser.add_argument("--classifier-dropout", type=float,
-                            help="dropout before each classifier layer (default: --dropout)")
 
     @classmethod
     def build_model(cls, args, task):
@@ -106,8 +114,9 @@ def sentence_pair_classifier(args):
     """d=128, 4 heads, ffn 256, dropout 0.1, 2 self-attention layers, max pooling."""
     _set_unset(args, dict(
         encoder_embed_dim=128, encoder_ffn_embed_dim=256, encoder_attention_heads=4,
-        encoder_layers=2, dropout=0.1, pooling="max", classifier_layers=1,
+        encoder_layers=2, dropout=0.1,
     ))
+    PairClassifierOptions.set_defaults(args)
     _set_unset(args, dict(classifier_hidden_dim=args.encoder_embed_dim,
                           classifier_dropout=args.dropout))
     transformer_posattn(args)

@@ -21,6 +21,12 @@ from ..modules.recurrence_config import RecurrenceConfig
 from .encoder import PositionAwareEncoder
 
 
+def add_options(parser, groups) -> None:
+    """The flags of option dataclasses (defaults left to the architectures)."""
+    for group in groups:
+        gen_parser_from_dataclass(parser, group(), delete_default=True)
+
+
 def check_encoder_options(args) -> None:
     """Refuse, at build time, encoder option combinations that cannot work
     and fairseq encoder flags that the encoder cannot honour."""
@@ -123,11 +129,14 @@ def check_every_parameter_gets_a_gradient(args) -> None:
 class PositionAwareTransformerModel(TransformerModel):
     """Transformer (Vaswani et al. 2017) whose encoder takes position options."""
 
+    # the plugin's options; fairseq's legacy Transformer declares the others (why
+    # no dataclass is registered with the model: fairseq_posattn.config_check)
+    option_groups = (PositionAttentionConfig, RecurrenceConfig)
+
     @classmethod
     def add_args(cls, parser):
         super().add_args(parser)
-        for options in (PositionAttentionConfig(), RecurrenceConfig()):
-            gen_parser_from_dataclass(parser, options, delete_default=True)
+        add_options(parser, cls.option_groups)
 
     @classmethod
     def build_model(cls, args, task):

@@ -24,7 +24,8 @@ ATTENTION_KERNEL_CHOICES = ChoiceEnum(list(ATTENTION_KERNELS))
 
 @dataclass
 class EncoderOptions(FairseqDataclass):
-    """An option group of the encoder: fairseq flags from its fields, filled
+    """An option group of the plugin's models: fairseq flags from its fields
+    (checked on every route: :mod:`fairseq_posattn.config_check`), filled
     from an argparse namespace (legacy architectures) or defaults."""
 
     @classmethod
@@ -265,9 +266,9 @@ class PositionAttentionConfig(EncoderOptions):
         probability_terms: List[nn.Module] = []
         value_terms: List[nn.Module] = []
         if layer_index == 0 or self.position_interaction_layers == "all":
-            if "P" in self.position_interactions:
+            if self.position_interactions in ("P", "PR"):
                 score_terms.append(AbsolutePositionInteraction(num_heads, t, overflow))
-            if "R" in self.position_interactions:
+            if self.position_interactions in ("R", "PR"):
                 score_terms.append(RelativePositionInteraction(num_heads, t, overflow))
         for on, clip, positions in (
             (self.relative_positions, self.max_relative_position, "sequential"),

@@ -27,13 +27,17 @@ dims, one layer, 3 heads, feed-forward 130, dropout 0.4, attention dropout
 0.1, relative positions, every change of Sec. 3.1.2).
 """
 
+from dataclasses import dataclass, field
+from typing import Optional
+
 import torch
+from fairseq.dataclass import ChoiceEnum
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import DEFAULT_MAX_SOURCE_POSITIONS, Embedding, TransformerConfig
 from fairseq.modules import FairseqDropout
 from torch import nn
 
-from ...modules.attention_config import PositionAttentionConfig
+from ...modules.attention_config import EncoderOptions, PositionAttentionConfig
 from ...modules.recurrence_config import RecurrenceConfig
 from .entity_positions import PositionAwareAttention, bin_distances, distance_radius
 from ...modules.pooling import masked_max
@@ -42,12 +46,41 @@ from ..encoder import PositionAwareEncoder
 from ..encoder_only import HEAD_NAME, PositionAwareEncoderModel
 from ..transformer_posattn import PositionAwareTransformerModel, _set_unset, transformer_posattn
 
-LAYER_CHOICES = {
-    "encoder_norm": ("layer", "batch"),
-    "encoder_residual": ("per-sublayer", "single"),
-    "encoder_ffn_activation": ("fairseq", "rrelu"),
-    "encoder_init": ("xavier", "kaiming"),
-}
+
+
+@dataclass
+class RelationClassifierOptions(EncoderOptions):
+    pos_tag_embed_dim: int = field(default=30, metadata={"help": "POS-tag embedding width"})
+    ner_tag_embed_dim: int = field(default=30, metadata={"help": "NER-tag embedding width"})
+    entity_position_dim: int = field(
+        default=30, metadata={"help": "width of the subject/object distance embeddings of "
+                                      "the position-aware attention"})
+    relation_attention_dim: Optional[int] = field(
+        default=None, metadata={"help": "hidden width of the position-aware attention "
+                                        "(default: --encoder-embed-dim)"})
+    relation_pooling: ChoiceEnum(["position-attention", "max"]) = field(
+        default="position-attention",
+        metadata={"help": "sentence vector: the position-aware attention or the max-pooled "
+                          "encoder states"})
+    raw_entity_positions: bool = field(
+        default=False,
+        metadata={"help": "Zhang et al.'s unbinned distances instead of Bilan & Roth's bins"})
+    no_object_position_input: bool = field(
+        default=False,
+        metadata={"help": "do not add object-distance embeddings to the encoder input"})
+    # the encoder layer of Sec. 3.1.2 (RelationLayerOptions)
+    encoder_norm: ChoiceEnum(["layer", "batch"]) = field(
+        default="layer", metadata={"help": "normalisation in the encoder layers"})
+    encoder_residual: ChoiceEnum(["per-sublayer", "single"]) = field(
+        default="per-sublayer",
+        metadata={"help": "a residual around each sublayer, or a single one from the layer "
+                          "input to the last normalisation"})
+    encoder_ffn_activation: ChoiceEnum(["fairseq", "rrelu"]) = field(
+        default="fairseq",
+        metadata={"help": "the feed-forward activation: fairseq's --activation-fn, or RReLU"})
+    encoder_init: ChoiceEnum(["xavier", "kaiming"]) = field(
+        default="xavier",
+        metadata={"help": "initialisation of the query, key and value matrices"})
 
 
 def distance_table(rows: int, dim: int) -> nn.Embedding:
@@ -75,6 +108,8 @@ class RelationEncoder(PositionAwareEncoder):
 class PositionAwareRelationClassifier(PositionAwareEncoderModel):
     """Bilan & Roth (2018): self-attention encoder + position-aware attention."""
 
+    option_groups = (*PositionAwareEncoderModel.option_groups, RelationClassifierOptions)
+
     def __init__(self, args, encoder, tag_embeddings, object_position_input, entity_positions,
                  attention, head):
         super().__init__(encoder)
@@ -86,28 +121,6 @@ class PositionAwareRelationClassifier(PositionAwareEncoderModel):
         self.dropout_module = FairseqDropout(args.dropout, module_name=self.__class__.__name__)
         self.binned = not args.raw_entity_positions
         self.radius = (entity_positions.num_embeddings - 1) // 2
-
-    @classmethod
-    def add_args(cls, parser):
-        super().add_args(parser)
-        parser.add_argument("--pos-tag-embed-dim", type=int, help="POS-tag embedding width (30)")
-        parser.add_argument("--ner-tag-embed-dim", type=int, help="NER-tag embedding width (30)")
-        parser.add_argument("--entity-position-dim", type=int,
-                            help="width of the subject/object distance embeddings of the "
-                                 "position-aware attention (30)")
-        parser.add_argument("--relation-attention-dim", type=int,
-                            help="hidden width of the position-aware attention "
-                                 "(default: --encoder-embed-dim)")
-        parser.add_argument("--relation-pooling", choices=("position-attention", "max"),
-                            help="sentence vector: the position-aware attention (default) or "
-                                 "the max-pooled encoder states")
-        parser.add_argument("--raw-entity-positions", action="store_true",
-                            help="Zhang et al.'s unbinned distances instead of Bilan & Roth's bins")
-        parser.add_argument("--no-object-position-input", action="store_true",
-                            help="do not add object-distance embeddings to the encoder input")
-        for name, choices in LAYER_CHOICES.items():
-            parser.add_argument("--" + name.replace("_", "-"), choices=choices,
-                                help=f"encoder layer option (default: {choices[0]})")
 
     @classmethod
     def build_model(cls, args, task):
@@ -190,14 +203,11 @@ def relation_classifier(args):
     """360 = 300 + 30 + 30 dims, 1 layer, 3 heads, ffn 130, dropout 0.4 / 0.1,
     a plain post-norm layer with sinusoidal positions."""
     _set_unset(args, dict(
-        encoder_embed_dim=360, pos_tag_embed_dim=30, ner_tag_embed_dim=30,
-        encoder_layers=1, encoder_attention_heads=3, encoder_ffn_embed_dim=130,
-        dropout=0.4, attention_dropout=0.1, no_scale_embedding=True,
+        encoder_embed_dim=360, encoder_layers=1, encoder_attention_heads=3,
+        encoder_ffn_embed_dim=130, dropout=0.4, attention_dropout=0.1, no_scale_embedding=True,
         max_source_positions=DEFAULT_MAX_SOURCE_POSITIONS,
-        entity_position_dim=30, relation_pooling="position-attention",
-        raw_entity_positions=False, no_object_position_input=False,
-        **{name: choices[0] for name, choices in LAYER_CHOICES.items()},
     ))
+    RelationClassifierOptions.set_defaults(args)
     _set_unset(args, dict(relation_attention_dim=args.encoder_embed_dim))
     transformer_posattn(args)
 

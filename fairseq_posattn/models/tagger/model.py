@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
-from fairseq.dataclass.utils import gen_parser_from_dataclass
 from fairseq.models import BaseFairseqModel, register_model, register_model_architecture
 from fairseq.models.transformer import Embedding, TransformerConfig
 from torch import nn
@@ -35,7 +34,8 @@ from ...data.tagging import MAX_PIECE_LENGTH
 from ...modules.attention_config import EncoderOptions, PositionAttentionConfig
 from .word_features import CharacterCNN, WordFeatures, load_word_vectors, read_vector_width
 from .residual_encoder import ResidualAttentionEncoder
-from ..transformer_posattn import DUFTER_ROWS, _paper_row, _set_unset, keep_encoder_layers
+from ..transformer_posattn import (DUFTER_ROWS, _paper_row, _set_unset, add_options,
+                                  keep_encoder_layers)
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +74,8 @@ class PositionAwareTagger(BaseFairseqModel):
     """Sequence tagger: word features -> :class:`ResidualAttentionEncoder` ->
     linear layer on ``[features; last layer]``, logits ``[B, T, tags]``."""
 
+    option_groups = (TaggerOptions, PositionAttentionConfig)
+
     def __init__(self, encoder: ResidualAttentionEncoder, classifier: nn.Linear):
         super().__init__()
         self.encoder = encoder
@@ -81,8 +83,7 @@ class PositionAwareTagger(BaseFairseqModel):
 
     @classmethod
     def add_args(cls, parser):
-        for options in (TaggerOptions(), PositionAttentionConfig()):
-            gen_parser_from_dataclass(parser, options, delete_default=True)
+        add_options(parser, cls.option_groups)
 
     @classmethod
     def build_model(cls, args, task):

@@ -1,0 +1,117 @@
+"""The plugin's model and task configs checked on every route, and unknown
+option names refused with the nearest valid one.
+
+``fairseq.models.build_model`` (every task's ``build_model``: fairseq-train,
+fairseq-hydra-train, a checkpoint loaded for fairseq-generate, -interactive or
+the hub) runs a model's architecture functions on its config as it is: a
+config of the plugin's models is checked first
+(:func:`fairseq_posattn.config_check.check_model_config`).
+
+fairseq merges a task's config with the task's dataclass
+(``fairseq.dataclass.utils.merge_with_parent``, called by ``add_defaults`` for
+fairseq-hydra-train and by ``tasks.setup_task``): an unknown key stops with
+OmegaConf's message, which names no valid key; in a checkpoint's saved config
+(``setup_task(..., from_checkpoint=True)``) the unknown key is dropped without
+a word.  :func:`install` checks a config of the plugin's tasks before fairseq
+merges it (:func:`fairseq_posattn.config_check.check_task_config`).
+
+argparse's "unrecognized arguments" names the unknown flag only; the wrapped
+``fairseq.options.parse_args_and_arch`` adds the nearest flag of the parser,
+and for a value after a switch (``--relative-positions maybe``) names the
+switch.
+"""
+
+import argparse
+import functools
+import sys
+
+from .patching import wrap_once
+
+UNRECOGNIZED = "unrecognized arguments: "
+
+
+def _plugin_task_config(dataclass_or_instance):
+    """The dataclass, if it is the config of one of the plugin's tasks."""
+    from fairseq.tasks import TASK_DATACLASS_REGISTRY
+
+    group = dataclass_or_instance if isinstance(dataclass_or_instance, type) else type(
+        dataclass_or_instance)
+    plugin = group.__module__.startswith("fairseq_posattn.")
+    return group if plugin and group in TASK_DATACLASS_REGISTRY.values() else None
+
+
+def _checking_plugin_tasks(merge_with_parent):
+    @functools.wraps(merge_with_parent)
+    def wrapper(dc, cfg, *args, **kwargs):
+        from omegaconf import OmegaConf
+
+        from ..config_check import check_task_config
+
+        group = _plugin_task_config(dc)
+        if group is not None and OmegaConf.is_config(cfg):
+            check_task_config(group, cfg)
+        return merge_with_parent(dc, cfg, *args, **kwargs)
+
+    return wrapper
+
+
+def _checking_plugin_models(build_model):
+    @functools.wraps(build_model)
+    def wrapper(cfg, task, *args, **kwargs):
+        from fairseq.models import ARCH_MODEL_REGISTRY
+
+        from ..config_check import check_model_config
+
+        name = getattr(cfg, "_name", None) or getattr(cfg, "arch", None)
+        model_cls = ARCH_MODEL_REGISTRY.get(name)
+        if hasattr(model_cls, "option_groups"):
+            check_model_config(model_cls, cfg)
+        return build_model(cfg, task, *args, **kwargs)
+
+    return wrapper
+
+
+def with_nearest_flags(parser: argparse.ArgumentParser, argv, message: str) -> str:
+    """argparse's error ``message`` with, for each unrecognized argument, the
+    nearest flag of ``parser`` or the switch it follows in ``argv``."""
+    from ..config_check import nearest
+
+    if not message.startswith(UNRECOGNIZED):
+        return message
+    names = [flag[2:] for action in parser._actions for flag in action.option_strings
+             if flag.startswith("--")]
+    switches = {flag for action in parser._actions if action.nargs == 0
+                for flag in action.option_strings}
+    notes = []
+    for argument in message[len(UNRECOGNIZED):].split(" "):
+        if argument.startswith("--"):
+            guess = nearest(argument.split("=")[0][2:], names)
+            if guess:
+                notes.append(f"{argument}: did you mean --{guess}?")
+        elif argument in argv and argv.index(argument) > 0:
+            before = argv[argv.index(argument) - 1]
+            if before in switches:
+                notes.append(f"{before} is a switch and takes no value ({argument!r})")
+    return "; ".join([message, *notes])
+
+
+def _suggesting(parse_args_and_arch):
+    @functools.wraps(parse_args_and_arch)
+    def wrapper(parser, input_args=None, *args, **kwargs):
+        argv = [str(a) for a in (sys.argv[1:] if input_args is None else input_args)]
+        parser.error = lambda message: type(parser).error(
+            parser, with_nearest_flags(parser, argv, message))
+        return parse_args_and_arch(parser, input_args, *args, **kwargs)
+
+    return wrapper
+
+
+def install() -> None:
+    from fairseq import models, options, tasks
+    from fairseq.dataclass import utils as dataclass_utils
+
+    wrap_once(models, "build_model", _checking_plugin_models)
+    # add_defaults imports merge_with_parent when it runs; fairseq.tasks at its import
+    for module in (dataclass_utils, tasks):
+        wrap_once(module, "merge_with_parent", _checking_plugin_tasks)
+    wrap_once(options, "parse_args_and_arch", _suggesting)
