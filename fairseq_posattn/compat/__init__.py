@@ -17,10 +17,13 @@ have it, and leaves fairseq unchanged where the behaviour is absent:
 * :mod:`.bf16`: ``--bf16`` implies ``--tpu`` in fairseq's argument parsing,
   and fairseq-generate ignores it; the device is kept and decoding casts;
 * :mod:`.hydra`: ``TransformerConfig.from_namespace`` drops a hydra config's
-  plugin options; they are kept.
+  plugin options; they are kept;
+* :mod:`.clean_exit`: fairseq's data-loading daemon threads outlive a run, and
+  one that shutdown meets inside torch aborts the process (exit code 134);
+  they are stopped and joined at exit.
 """
 
-from . import (bf16, checkpoint_integrity, hydra, interactive_lines, last_batch,
+from . import (bf16, checkpoint_integrity, clean_exit, hydra, interactive_lines, last_batch,
                safe_loading, user_dir)
 
 
@@ -33,3 +36,4 @@ def install() -> None:
     last_batch.install()
     bf16.install()
     hydra.install()
+    clean_exit.install()
