@@ -4,7 +4,8 @@ Load it with ``--user-dir <path>/fairseq_posattn`` (or ``import fairseq_posattn`
 Importing the package installs the repairs of :mod:`fairseq_posattn.compat`
 (checkpoint loading with torch >= 2.6, checksums of checkpoints verified,
 long and empty lines in ``fairseq-interactive``, ``--user-dir`` of a second
-copy, fairseq-fixed's dropped last batch, ``--bf16``, hydra configs) and registers
+copy, fairseq-fixed's dropped last batch, ``--bf16``, hydra configs, fairseq's
+data-loading threads stopped at exit) and registers
 the plugin's models, architectures, tasks, criteria and optimizers with fairseq.
 """
 

@@ -32,10 +32,13 @@ unchanged where the behaviour is absent:
 * :mod:`.option_names`: fairseq builds a legacy model from whatever its config
   holds and drops a checkpoint's unknown task keys silently, and refuses an
   unknown key or flag without the name meant; the plugin's model and task
-  configs are checked (:mod:`fairseq_posattn.config_check`), naming it.
+  configs are checked (:mod:`fairseq_posattn.config_check`), naming it;
+* :mod:`.clean_exit`: fairseq's data-loading daemon threads outlive a run, and
+  one that shutdown meets inside torch aborts the process (exit code 134);
+  they are stopped and joined at exit.
 """
 
-from . import (bf16, checkpoint_integrity, hub_skipped_inputs, hydra, input_options,
+from . import (bf16, checkpoint_integrity, clean_exit, hub_skipped_inputs, hydra, input_options,
                interactive_lines, last_batch, option_names, reserved_symbols, safe_loading,
                user_dir)
 
@@ -53,3 +56,4 @@ def install() -> None:
     bf16.install()
     hydra.install()
     input_options.install()
+    clean_exit.install()
