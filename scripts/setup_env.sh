@@ -61,7 +61,7 @@ PYVER="$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
 
 WANT="$({
     cat "$REPO/setup.py" "$REPO/scripts/setup_env.sh" "$REPO/requirements/parser-models.txt" \
-        "$REPO/fairseq_posattn/modules/onlstm/csrc/onlstm_cell.cpp"
+        "$REPO/fairseq_posattn/kernels/csrc/onlstm_cell.cpp"
     echo "TORCH_SPEC=$TORCH_SPEC"
     echo "TRITON_SPEC=$TRITON_SPEC"
     echo "PYTHON=$PYVER"

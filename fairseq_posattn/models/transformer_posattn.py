@@ -6,7 +6,6 @@ Named architectures give the rows of Dufter et al. (2020), Table 2, and the
 best row of Wang et al. (2019), Table 1 (``transformer_struct``).
 """
 
-from fairseq.dataclass.utils import gen_parser_from_dataclass
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import (
     DEFAULT_MAX_SOURCE_POSITIONS,
@@ -24,7 +23,7 @@ from .encoder import PositionAwareEncoder
 def add_options(parser, groups) -> None:
     """The flags of option dataclasses (defaults left to the architectures)."""
     for group in groups:
-        gen_parser_from_dataclass(parser, group(), delete_default=True)
+        group.add_args(parser)
 
 
 def check_encoder_options(args) -> None:
