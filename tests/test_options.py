@@ -364,7 +364,8 @@ def test_an_option_on_a_route(option, route, routes, data_files, capsys):
             assert f"{option.flag} is a switch and takes no value ({wrong!r})" in error
         elif isinstance(wrong, str):  # a command line has no lists
             _, error = family.command_line([option.flag, wrong], capsys)
-            assert f"argument {option.flag}: invalid" in error and repr(wrong) in error
+            assert f"argument {option.flag}: " in error and wrong in error
+            assert all(choice in error for choice in option.choices or ())
         return
     section, companions = option.section, COMPANIONS.get(option.key, {})
     cfg = family.valid(section, {**companions, option.name: value})
