@@ -3,13 +3,14 @@
 #
 #   nice -n 19 bash scripts/python_matrix.sh [OUT]
 #
-# For each interpreter (python3.X on the PATH, or a path) that runs, it runs scripts/setup_env.sh
-# (PYTHON=python3.X, a fresh VENV under MATRIX_DIR), then scripts/test.sh with
-# TEST_WORKERS=1 on a fast subset: the attention, structure and recurrence unit
-# tests and fairseq's repairs (MATRIX_UNIT), and one fairseq-train / -generate /
-# -interactive run of the ON-LSTM hybrid (MATRIX_END_TO_END). It writes one
-# line per Python, then each step's last log lines, to OUT (default
-# docs/results/python_matrix/<date>.txt); the full logs stay in MATRIX_DIR.
+# For each interpreter (python3.X on the PATH, or a path) that runs, it runs
+# scripts/setup_env.sh (PYTHON=python3.X, a fresh VENV under MATRIX_DIR), then
+# pytest in one process on a fast subset: the attention, structure and
+# recurrence unit tests and fairseq's repairs (MATRIX_UNIT), and one
+# fairseq-train / -generate / -interactive run of the ON-LSTM hybrid
+# (MATRIX_END_TO_END). It writes one line per Python, then each step's last
+# log lines, to OUT (default docs/results/python_matrix/<date>.txt); the full
+# logs stay in MATRIX_DIR.
 #
 # Environment variables:
 #   PYTHONS      interpreters to try, names or paths
@@ -51,7 +52,7 @@ last_line() { tail -1 "$1" | tr -d '=' | sed 's/^ *//; s/ *$//'; }
 
 HEADER="$(
     echo "# scripts/python_matrix.sh, started $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git -C "$REPO" rev-parse --short HEAD)$(git -C "$REPO" diff --quiet HEAD -- . || echo ' (with uncommitted changes)')"
-    echo "# host: $(uname -sm), $(getconf _NPROCESSORS_ONLN) cores; TEST_WORKERS=1"
+    echo "# host: $(uname -sm), $(getconf _NPROCESSORS_ONLN) cores; pytest in one process"
     echo "# unit subset: ${MATRIX_UNIT[*]}"
     echo "# end to end:  ${MATRIX_END_TO_END[*]}"
 )"
@@ -72,8 +73,9 @@ for python in $PYTHONS; do
     if [[ $setup == ok* ]]; then
         versions="$("$venv/bin/python" -c 'import torch, fairseq; print("torch", torch.__version__, "fairseq", fairseq.__version__)' 2>&1 | tail -1)"
         echo "[python_matrix] $python: tests" >&2
-        unit="$(step "$logs/unit.log" "${env[@]}" TEST_WORKERS=1 bash "$REPO/scripts/test.sh" "${MATRIX_UNIT[@]}")"
-        e2e="$(step "$logs/end_to_end.log" "${env[@]}" TEST_WORKERS=1 bash "$REPO/scripts/test.sh" "${MATRIX_END_TO_END[@]}")"
+        pytest=("${env[@]}" "$venv/bin/python" -m pytest -p no:cacheprovider)
+        unit="$(cd "$REPO" && step "$logs/unit.log" "${pytest[@]}" "${MATRIX_UNIT[@]}")"
+        e2e="$(cd "$REPO" && step "$logs/end_to_end.log" "${pytest[@]}" "${MATRIX_END_TO_END[@]}")"
         line+="; $versions; unit subset $unit ($(last_line "$logs/unit.log"))"
         line+="; end to end $e2e ($(last_line "$logs/end_to_end.log"))"
         [[ $unit == ok* && $e2e == ok* ]] || FAILED=1
