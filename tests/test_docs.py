@@ -21,7 +21,8 @@
   (outputs of the recipes under their default WORK excepted); every dotted
   ``fairseq_posattn.x.y`` resolves to a module or attribute; every test named
   (``test_x.py``, ``test_x.py::test_y``, or a bare ``test_y`` in inline code) is
-  in tests/.  Every image and relative link resolves (anchors ignored).
+  in tests/.  Every image and relative link resolves, and a link's #anchor names a
+  heading of its page.
 * Line budgets: README.md, docs/benchmarks.md at most 300 lines, docs/hybrids.md
   250 (``LINE_LIMITS``); no text cites a "SPEC" (a document that is not in the
   repository).
@@ -667,7 +668,30 @@ def check_cited_outputs(name: str, text: str, root: Path = REPO) -> List[Offence
     return [o for span in spans(text) for o in missing_paths(name, span, root, prefix="docs/results/")]
 
 
+HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*$")
+
+
+def heading_anchors(text: str) -> Set[str]:
+    """The anchors GitHub gives a Markdown text's headings (a repeated one gets -1, -2, ...)."""
+    anchors: Set[str] = set()
+    in_fence = False
+    for line in text.split("\n"):
+        if FENCE.match(line):
+            in_fence = not in_fence
+        heading = None if in_fence else HEADING.match(line)
+        if heading:
+            title = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading.group(1)).lower()
+            slug = re.sub(r"[^\w\- ]", "", title).replace(" ", "-")
+            anchor, n = slug, 0
+            while anchor in anchors:
+                n += 1
+                anchor = f"{slug}-{n}"
+            anchors.add(anchor)
+    return anchors
+
+
 def check_links(name: str, text: str, base: Path) -> List[Offence]:
+    """Every relative link and image resolves, and a link's #anchor names a heading of its page."""
     out: List[Offence] = []
     for span in spans(text):
         if span.kind != "prose":
@@ -676,11 +700,15 @@ def check_links(name: str, text: str, base: Path) -> List[Offence]:
         for pattern, what in ((IMAGE, "image"), (LINK, "link")):
             for m in pattern.finditer(span.text):
                 target = m.group(1)
-                if re.match(r"^[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):
+                if re.match(r"^[a-z][a-z0-9+.-]*:", target):
                     continue
-                path = target.split("#", 1)[0]
-                if not (base / path).exists():
+                path, _, anchor = target.partition("#")
+                if path and not (base / path).exists():
                     out.append(Offence(name, span.line, f"{what} `{target}` does not resolve"))
+                elif anchor and (not path or path.endswith(".md")):
+                    page = (base / path).read_text() if path else text
+                    if anchor not in heading_anchors(page):
+                        out.append(Offence(name, span.line, f"{what} `{target}`: no heading has the anchor `#{anchor}`"))
     return out
 
 
@@ -1010,6 +1038,8 @@ def test_path_check_accepts_real_paths():
 @pytest.mark.parametrize("text", [
     "![a figure](figures/nonesuch.png)\n",
     "see [the setup](nonesuch.md#install)\n",
+    "see [the setup](setup.md#no-such-heading)\n",
+    "see [a heading](#no-such-heading-here)\n",
 ])
 def test_link_check_reports(text):
     offences = check_links("docs/fake.md", "x\n" + text, REPO / "docs")
@@ -1017,8 +1047,11 @@ def test_link_check_reports(text):
 
 
 def test_link_check_accepts_real_links():
-    text = "![curves](figures/pos_tagging_curves.png) [readme](../README.md#x) [web](https://x.org)\n"
+    text = ("# A page\n\n## Its `first` section: (a, b)\n\n![curves](figures/pos_tagging_curves.png) "
+            "[readme](../README.md#known-limits) [web](https://x.org#y) [here](#its-first-section-a-b) "
+            "[setup](setup.md#bf16)\n")
     assert not check_links("docs/fake.md", text, REPO / "docs")
+    assert heading_anchors("## Same\n## Same\n```\n# not a heading\n```\n") == {"same", "same-1"}
 
 
 def test_arch_table_check_reports():
