@@ -26,7 +26,7 @@ setup(
     ),
     packages=find_packages(include=["fairseq_posattn", "fairseq_posattn.*"]),
     # the ON-LSTM's CPU cell, compiled by fairseq-posattn-build-cell (torch.utils.cpp_extension, with ninja)
-    package_data={"fairseq_posattn.modules.onlstm": ["csrc/*.cpp"]},
+    package_data={"fairseq_posattn.kernels": ["csrc/*.cpp"]},
     # the Pythons that scripts/python_matrix.sh sets up and tests: 3.10-3.13 (docs/setup.md)
     python_requires=">=3.10",
     install_requires=[
@@ -66,7 +66,7 @@ setup(
             "fairseq-posattn-bench-collate = fairseq_posattn.bench.collate:cli_main",
             "fairseq-posattn-bench-structure = fairseq_posattn.bench.structure:cli_main",
             "fairseq-posattn-bench-compile = fairseq_posattn.bench.compiled:cli_main",
-            "fairseq-posattn-build-cell = fairseq_posattn.modules.onlstm.cpu_cell:build_main",
+            "fairseq-posattn-build-cell = fairseq_posattn.kernels.onlstm_cpp:build_main",
             "fairseq-posattn-param-count = fairseq_posattn.analysis.param_count:cli_main",
             "fairseq-posattn-plot-curves = fairseq_posattn.analysis.plot_curves:cli_main",
             "fairseq-posattn-plot-attention = fairseq_posattn.analysis.plot_attention:cli_main",

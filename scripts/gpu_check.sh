@@ -4,8 +4,8 @@
 #   bash scripts/gpu_check.sh [OUT_DIR] [STEPS]   # OUT_DIR: gpu-check; STEPS: "tests bench recurrent" (or kernels, profile)
 #
 # kernels    only the Triton kernels' tests, compiled (tests/test_onlstm_triton.py,
-#            tests/test_onlstm_graphs.py, tests/test_relative_flash.py,
-#            tests/test_convolved_kernel.py):
+#            tests/test_relative_flash.py, tests/test_convolved_kernel.py, and
+#            the candidates' tests/test_candidates.py):
 #            test_kernels.log; "tests" includes them.  KERNEL_TESTS names other files.
 # tests      tests/test_cuda.py: every benchmark architecture on the GPU against
 #            the CPU (float32), in float16 and under fp16 autocast, the
@@ -13,17 +13,18 @@
 #            fairseq-generate with --fp16 and --bf16 (the benchmark's rows
 #            include the kernel comparisons: P-sdpa is P with the fused
 #            attention's own gradient of the score bias);
-#            tests/test_onlstm_triton.py, tests/test_onlstm_graphs.py (the
-#            per-step kernels replayed from CUDA graphs), tests/test_relative_flash.py
-#            and tests/test_convolved_kernel.py: the Triton kernels against the
-#            reference and the explicit path, compiled;
+#            tests/test_onlstm_triton.py, tests/test_relative_flash.py,
+#            tests/test_convolved_kernel.py and tests/test_candidates.py (the
+#            candidate kernels): the Triton kernels against the reference and
+#            the explicit path, compiled;
 #            tests/test_onlstm_cpp.py: the CPU's C++ cell built against this
 #            (CUDA) torch; activation checkpointing and quant noise on the
 #            recurrent layers (about 4 minutes on an H200).
 # bench      fairseq-posattn-bench --device cuda --no-decode --repeats 20, every
 #            row and the kernel comparisons (P-sdpa, R-sdpa, bilan-sdpa,
-#            shawkeys-sdpa, shaw-explicit, struct-explicit, conv2d-triton, conv1d-triton,
-#            onlstm-san-persistent, onlstm-san-graph), in fp16 and bf16,
+#            shawkeys-sdpa, shaw-explicit, struct-explicit, conv2d-triton) and the
+#            candidates' rows (conv1d-triton, onlstm-san-persistent,
+#            onlstm-san-graph: fairseq_posattn/kernels/candidates), in fp16 and bf16,
 #            at the defaults (B=32, T=64) and at --batch 64 --length 64 (about
 #            4,096 tokens a batch): bench_{fp16,bf16}_b{32,64}.{txt,json}.
 #            BENCH_CONFIGS picks them (default "fp16:32 fp16:64 bf16:32 bf16:64"),
@@ -32,10 +33,10 @@
 #            the others are measured again without the Triton rows (conv2d-triton,
 #            conv1d-triton, onlstm-san-persistent, onlstm-san-graph).
 # recurrent  fairseq-posattn-bench-recurrent --device cuda --repeats 20 in
-#            float32, fp16 and bf16 (the ON-LSTM layer: per-step kernels, persistent
-#            kernels, per-step kernels replayed from CUDA graphs; against cuDNN's LSTM):
+#            float32, fp16 and bf16 (the ON-LSTM layer: per-step kernels and the
+#            candidates onlstm_persistent and onlstm_cuda_graphs; against cuDNN's LSTM):
 #            bench_recurrent_{fp32,fp16,bf16}.{txt,json}; RECURRENT_PRECISIONS picks them.
-#            If it fails, it runs again with the per-step kernels only (--kernels '').
+#            If it fails, it runs again without the candidates (--kernels '').
 # profile    fairseq-posattn-bench --device cuda --fp16 --profile ROW for the rows
 #            above their targets (temp, bilan, conv1d, conv1d-triton, conv2d, shaw,
 #            struct, onlstm-san, onlstm-san-graph, stock-deep): where an update's time
@@ -70,7 +71,7 @@ except OSError:
 print(torch.cuda.get_device_name(), "| torch", torch.__version__, "| CUDA", torch.version.cuda,
       "| cuDNN", torch.backends.cudnn.version(), "| fairseq", fairseq.__version__, "| commit", commit or "unknown")
 PY
-TRITON_TESTS="tests/test_onlstm_triton.py tests/test_onlstm_graphs.py tests/test_relative_flash.py tests/test_convolved_kernel.py"
+TRITON_TESTS="tests/test_onlstm_triton.py tests/test_relative_flash.py tests/test_convolved_kernel.py tests/test_candidates.py"
 TRITON_ROWS="conv2d-triton conv1d-triton onlstm-san-persistent onlstm-san-graph"  # the bench rows on Triton kernels
 status=0  # a failing test does not stop the benchmarks; the script's exit status reports it
 for step in $STEPS; do
@@ -78,7 +79,7 @@ for step in $STEPS; do
     case "$step" in
     tests)
         # the CPU's C++ cell, built ahead as scripts/setup_env.sh does (fairseq-posattn-build-cell)
-        "$PYTHON" -m fairseq_posattn.modules.onlstm.cpu_cell 2>&1 | tail -n 1 | tee "$OUT/build_cell.log" || status=1
+        "$PYTHON" -m fairseq_posattn.kernels.onlstm_cpp 2>&1 | tail -n 1 | tee "$OUT/build_cell.log" || status=1
         # shellcheck disable=SC2086  # a list of files
         "$PYTHON" -m pytest -q -p no:cacheprovider tests/test_cuda.py $TRITON_TESTS tests/test_onlstm_cpp.py \
             "tests/test_standard_flags.py::test_activation_checkpointing_gives_the_same_gradients" \

@@ -65,7 +65,7 @@ SUPPORTED="3.10, 3.11, 3.12 and 3.13"
 
 WANT="$({
     cat "$REPO/setup.py" "$REPO/scripts/setup_env.sh" "$REPO/requirements/parser-models.txt" \
-        "$REPO/fairseq_posattn/modules/onlstm/csrc/onlstm_cell.cpp"
+        "$REPO/fairseq_posattn/kernels/csrc/onlstm_cell.cpp"
     echo "TORCH_SPEC=$TORCH_SPEC"
     echo "TRITON_SPEC=$TRITON_SPEC"
     echo "PYTHON=$PYVER"

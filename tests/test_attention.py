@@ -9,6 +9,7 @@ import pytest
 import torch
 from fairseq.modules import MultiheadAttention
 
+from fairseq_posattn.kernels import dispatch
 from fairseq_posattn.modules import AttentionContext, PositionAttentionConfig
 from fairseq_posattn.modules.attention import PositionAwareSelfAttention
 from fairseq_posattn.modules.convolved_attention import ConvolvedAttention1d
@@ -19,6 +20,11 @@ HEAD_DIM = EMBED // HEADS
 
 def right_padding_mask(lengths, total):
     return torch.arange(total)[None, :] >= torch.tensor(lengths)[:, None]
+
+
+def chosen(attn, query, need_weights=False):
+    """The name of the kernel that computes a call of ``attn`` on ``query``."""
+    return dispatch.attention_kernel(attn, query, need_weights).name
 
 
 def build(dtype=torch.float64, layer_index=0, **options):
@@ -225,8 +231,8 @@ def test_fused_and_explicit_paths_agree(name):
     mask = right_padding_mask([6, 3, 5], 6)
     x = torch.randn(6, 3, EMBED, dtype=torch.float64, requires_grad=not scored)
     q = fused._project(x)[0]
-    assert fused._path(q, need_weights=False) == "sdpa"
-    assert explicit._path(q, need_weights=False) == "explicit"
+    assert chosen(fused, q, False) == "sdpa"
+    assert chosen(explicit, q, False) == "explicit"
     outputs = [attn(x, key_padding_mask=mask)[0].masked_fill(mask.t()[:, :, None], 0.0)
                for attn in (fused, explicit)]
     torch.testing.assert_close(outputs[0], outputs[1])
@@ -249,7 +255,7 @@ def test_sdpa_with_trainable_score_terms_equals_the_explicit_path(name):
     explicit.load_state_dict(sdpa.state_dict())
     mask = right_padding_mask([6, 3, 5], 6)
     x = torch.randn(6, 3, EMBED, dtype=torch.float64, requires_grad=True)
-    assert sdpa._path(sdpa._project(x)[0], need_weights=False) == "sdpa"
+    assert chosen(sdpa, sdpa._project(x)[0], False) == "sdpa"
     weight = torch.randn(6, 3, EMBED, dtype=torch.float64).masked_fill(mask.t()[:, :, None], 0.0)
     results = []
     for attn in (sdpa, explicit):
@@ -263,12 +269,12 @@ def test_sdpa_with_trainable_score_terms_equals_the_explicit_path(name):
 def test_trainable_score_terms_take_the_explicit_path():
     attn = build(**OPTION_SETS["P"])
     q = attn._project(torch.randn(4, 2, EMBED, dtype=torch.float64))[0]
-    assert attn._path(q, need_weights=False) == "explicit"
+    assert chosen(attn, q, False) == "explicit"
     with torch.no_grad():
-        assert attn._path(q, need_weights=False) == "sdpa"
-    assert build(**OPTION_SETS["conv2d"])._path(q, need_weights=False) == "explicit"
-    assert build()._path(q, need_weights=True) == "explicit"
-    assert build()._path(q, need_weights=False) == "sdpa"
+        assert chosen(attn, q, False) == "sdpa"
+    assert chosen(build(**OPTION_SETS["conv2d"]), q, False) == "explicit"
+    assert chosen(build(), q, True) == "explicit"
+    assert chosen(build(), q, False) == "sdpa"
 
 
 @pytest.mark.parametrize("dtype, path", [(torch.float16, "sdpa"), (torch.bfloat16, "sdpa"),
@@ -281,20 +287,20 @@ def test_auto_hands_trainable_score_terms_to_sdpa_on_cuda_in_half_precision(dtyp
     cuda_query = types.SimpleNamespace(is_cuda=True, dtype=dtype, requires_grad=True)
     for name in ("P", "R", "PR", "bilan", "shaw_keys_only"):
         attn = build(**OPTION_SETS[name])
-        assert attn._path(cuda_query, need_weights=False) == path, name
-        assert attn._path(cuda_query, need_weights=True) == "explicit"
+        assert chosen(attn, cuda_query, False) == path, name
+        assert chosen(attn, cuda_query, True) == "explicit"
         attn.kernel = "explicit"
-        assert attn._path(cuda_query, need_weights=False) == "explicit"
+        assert chosen(attn, cuda_query, False) == "explicit"
 
 
 @pytest.mark.parametrize("kernel, name, says", [
     ("flash", "none", "it is not one of auto, explicit, sdpa, triton"),
     ("sdpa", "conv2d", "does not return the probabilities"),
     ("sdpa", "shaw", "does not return the probabilities"),
-    ("triton", "P", "compute Shaw relative keys and values alone"),
-    ("triton", "shaw_keys_only", "compute Shaw relative keys and values alone"),
-    ("triton", "everything_1d", "or the convolved attention without value terms"),
-    ("triton", "everything_2d", "or the convolved attention without value terms"),
+    ("triton", "P", "no Triton kernel computes the layer's terms .shaw_triton: Shaw relative keys and values"),
+    ("triton", "shaw_keys_only", "no Triton kernel computes the layer's terms"),
+    ("triton", "everything_1d", "conv2d_triton: the 2d convolved attention .* without value terms"),
+    ("triton", "everything_2d", "no Triton kernel computes the layer's terms"),
 ])
 def test_a_kernel_that_cannot_compute_the_terms_is_refused_at_build(kernel, name, says):
     with pytest.raises(ValueError, match=f"--encoder-attention-kernel {kernel}: .*{says}"):

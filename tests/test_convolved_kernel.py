@@ -1,9 +1,10 @@
-"""The Triton kernels of the 1d and 2d convolved attention
-(``modules/convolved_kernel.py``) against the layer's explicit path: values
-and every gradient (the input, the projections, the filters and biases, the
+"""The Triton kernels of the 2d convolved attention (``conv2d_triton``,
+``kernels/convolved_2d.py``) against the layer's explicit path: values and
+every gradient (the input, the projections, the filters and biases, the
 score terms'), pads anywhere and sentences without a real token, lengths that
-fill no block, lengths past the 1d table, half precision, dropout with the
-kernels' own mask, and which layers take them.
+fill no block, half precision, dropout with the kernels' own mask, and which
+layers take them.  The 1d convolution's kernels, a candidate, are tested in
+test_candidates.py with these helpers.
 
 On a machine without a GPU the kernels run in Triton's interpreter on the
 CPU (``TRITON_INTERPRET=1``, set by conftest.py); on CUDA, compiled
@@ -22,7 +23,7 @@ from test_relative_flash import (  # noqa: E402
     PADDINGS, assert_kernel_is_the_explicit_path, assert_takes_the_kernel, flash_and_explicit,
 )
 
-from fairseq_posattn.modules.relative_flash import draw_seed, dropout_keep  # noqa: E402
+from fairseq_posattn.kernels.triton_common import draw_seed, dropout_keep  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 if DEVICE == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
@@ -35,28 +36,18 @@ LAYERS = {
     "conv2d+shaw-keys+bilan": dict(convolved_attention="2d", relative_positions=True, max_relative_position=2,
                                    no_relative_values=True, query_relative_positions=True,
                                    query_relative_clip=3),
-    "conv1d": dict(convolved_attention="1d", interaction_max_len=32),
-    "conv1d+R+temperature": dict(convolved_attention="1d", position_interactions="R", interaction_max_len=32,
-                                 learnable_temperature=True),
-    "conv1d-past-the-table": dict(convolved_attention="1d", interaction_max_len=12, interaction_overflow="clamp"),
 }
-
-
-def kernel_of(layer):
-    return "conv1d_kernel" if LAYERS[layer]["convolved_attention"] == "1d" else "conv2d_kernel"
 
 
 @pytest.mark.parametrize("padding", sorted(PADDINGS))
 @pytest.mark.parametrize("layer", sorted(LAYERS))
 def test_the_kernels_are_the_explicit_path(layer, padding):
-    assert_kernel_is_the_explicit_path(LAYERS[layer], padding, kernel_of(layer))
+    assert_kernel_is_the_explicit_path(LAYERS[layer], padding, "conv2d_triton")
 
 
-@pytest.mark.parametrize("layer", ["conv2d+P+temperature", "conv1d+R+temperature"])
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_half_precision_is_the_explicit_path_to_its_rounding(dtype, layer):
+def assert_half_precision_is_the_explicit_path(options, dtype, kernel="triton"):
     length, mask = PADDINGS["right-padded"]
-    attn, explicit = flash_and_explicit(LAYERS[layer], dtype=dtype)
+    attn, explicit = flash_and_explicit(options, dtype=dtype, kernel=kernel)
     x = torch.randn(length, 3, attn.embed_dim, dtype=torch.float64, device=DEVICE)
     mask = mask.to(DEVICE)
     out, _ = attn(x.to(dtype), key_padding_mask=mask)
@@ -67,13 +58,17 @@ def test_half_precision_is_the_explicit_path_to_its_rounding(dtype, layer):
     torch.testing.assert_close(out.double() * real, expected * real, atol=tolerance, rtol=tolerance)
 
 
-@pytest.mark.parametrize("layer", ["conv2d", "conv1d"])
-def test_dropout_is_the_explicit_maps_with_the_kernels_mask(layer):
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_is_the_explicit_path_to_its_rounding(dtype):
+    assert_half_precision_is_the_explicit_path(LAYERS["conv2d+P+temperature"], dtype)
+
+
+def assert_dropout_is_the_explicit_maps_with_the_kernels_mask(options, kernel="triton"):
     """In training the kernels drop entries of ``A'`` by their Philox mask:
     the output is ``(A' * keep / (1 - p)) V`` with the explicit path's ``A'``,
     and so are the gradients of the input and of the filters."""
     length, mask = PADDINGS["right-padded"]
-    attn, explicit = flash_and_explicit(LAYERS[layer], dropout=0.25)
+    attn, explicit = flash_and_explicit(options, dropout=0.25, kernel=kernel)
     attn.train()
     explicit.eval()
     mask = mask.to(DEVICE)
@@ -100,34 +95,37 @@ def test_dropout_is_the_explicit_maps_with_the_kernels_mask(layer):
         torch.testing.assert_close(got.grad.double(), want.grad, atol=2e-5, rtol=2e-4)
 
 
-# layer options -> the kernel that serves it (under --encoder-attention-kernel triton), or None
+def test_dropout_is_the_explicit_maps_with_the_kernels_mask():
+    assert_dropout_is_the_explicit_maps_with_the_kernels_mask(LAYERS["conv2d"])
+
+
+# layer options -> whether the 2d kernels compute it (under --encoder-attention-kernel triton)
 TAKES_THE_KERNELS = {
-    "conv2d": "conv2d_kernel",
-    "conv2d+P+temperature": "conv2d_kernel",
-    "conv2d+shaw-keys+bilan": "conv2d_kernel",
-    "conv1d": "conv1d_kernel",
-    "conv1d+R+temperature": "conv1d_kernel",
-    "everything_1d": None,  # Shaw values read the convolved map
-    "everything_2d": None,
+    "conv2d": True,
+    "conv2d+P+temperature": True,
+    "conv2d+shaw-keys+bilan": True,
+    "conv1d": False,
+    "everything_1d": False,
+    "everything_2d": False,  # Shaw values read the convolved map
 }
 
 
 @pytest.mark.parametrize("name", sorted(TAKES_THE_KERNELS))
-@pytest.mark.parametrize("path", ["conv1d_kernel", "conv2d_kernel"])
-def test_which_layers_take_the_kernels(name, path):
-    assert_takes_the_kernel(LAYERS.get(name) or OPTION_SETS[name], path, TAKES_THE_KERNELS[name] == path)
+def test_which_layers_take_the_kernels(name):
+    options = LAYERS.get(name) or OPTION_SETS[name]
+    assert_takes_the_kernel(options, "conv2d_triton", TAKES_THE_KERNELS[name])
 
 
-@pytest.mark.parametrize("arch", ["transformer_posattn_conv2d", "transformer_posattn_conv1d"])
-def test_a_convolved_model_on_the_kernels_through_the_flag(arch):
-    """``--encoder-attention-kernel triton`` (left-padded batch): the encoder's
-    output and parameter gradients are those of the same weights with ``explicit``."""
+def assert_the_encoder_is_the_explicit_one(arch, on_kernel):
+    """The encoder of ``arch`` put on its kernels by ``on_kernel(flags)`` (the
+    flags, the model), left-padded batch: its output and parameter gradients
+    are those of the same weights with ``--encoder-attention-kernel explicit``."""
     from fairseq_posattn.models.from_flags import build_model_from_flags
 
     flags = ["--arch", arch, "--encoder-layers", "2", "--decoder-layers", "1",
              "--encoder-embed-dim", "16", "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "16",
              "--decoder-ffn-embed-dim", "16", "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
-             "--max-source-positions", "64", "--dropout", "0", "--encoder-attention-kernel"]
+             "--max-source-positions", "64", "--dropout", "0"]
     generator = torch.Generator().manual_seed(0)
     tokens = torch.randint(4, 50, (2, 9), generator=generator)
     tokens[1, :3] = 1  # left padding
@@ -137,13 +135,26 @@ def test_a_convolved_model_on_the_kernels_through_the_flag(arch):
     # final layer norm nearly cancel, and float32 would keep little of them on either path
     weighting = torch.randn(9, 2, 16, generator=generator).to(DEVICE)
     results = []
-    for kernel in ("explicit", "triton"):
+    for kernel in ("explicit", "fast"):
         torch.manual_seed(0)
-        _, model = build_model_from_flags(flags + [kernel], 50)
-        assert all(layer.self_attn.kernel == kernel for layer in model.encoder.layers)
+        if kernel == "explicit":
+            _, model = build_model_from_flags(flags + ["--encoder-attention-kernel", "explicit"], 50)
+        else:
+            model = on_kernel(flags)
         encoder = model.encoder.to(DEVICE).train()
         out = encoder(tokens.to(DEVICE), lengths.to(DEVICE))["encoder_out"][0]
         results.append([out, *torch.autograd.grad((out * weighting).sum(), list(encoder.parameters()))])
     names = ["output"] + [name for name, _ in model.encoder.named_parameters()]
     for name, got, expected in zip(names, results[1], results[0]):
         torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_a_convolved_model_on_the_kernels_through_the_flag():
+    from fairseq_posattn.models.from_flags import build_model_from_flags
+
+    def on_triton(flags):
+        _, model = build_model_from_flags(flags + ["--encoder-attention-kernel", "triton"], 50)
+        assert all(layer.self_attn.kernel == "triton" for layer in model.encoder.layers)
+        return model
+
+    assert_the_encoder_is_the_explicit_one("transformer_posattn_conv2d", on_triton)

@@ -1,5 +1,5 @@
 """Recurrent encoder layers (ON-LSTM, LSTM): the ON-LSTM's definition
-(fairseq_posattn.modules.onlstm.reference) against a transcription of Shen et
+(fairseq_posattn.modules.onlstm_reference) against a transcription of Shen et
 al.'s equations, every fast path against that definition (values and
 gradients), padding, counts, half precision, and the choice of the kernel.
 
@@ -17,13 +17,13 @@ import pytest
 import torch
 from torch import nn
 
-from fairseq_posattn.modules.onlstm import cpu_cell, kernels, packed, triton_steps
-from fairseq_posattn.modules.onlstm.reference import cumax, onlstm_reference, reversal_index
+from fairseq_posattn.kernels import candidates, dispatch, onednn, onlstm_cpp, triton_common
+from fairseq_posattn.modules.onlstm_reference import cumax, onlstm_reference, reversal_index
 from fairseq_posattn.modules.recurrent import ONLSTM, RecurrentLayer
 
 D_MODEL = 6
 HIDDEN = 4
-needs_cell = pytest.mark.skipif(not cpu_cell.available(), reason="the C++ cell is not built here")
+needs_cell = pytest.mark.skipif(not onlstm_cpp.available(), reason="the C++ cell is not built here")
 
 
 def _ref_direction(xs, w_ih, w_hh, b, hidden, chunk):
@@ -115,11 +115,16 @@ LENGTHS = [[4, 3, 1], [5, 5, 5], [1], [6, 2, 2, 1, 5]]
 
 def assert_kernel_is_the_reference(kernel, lengths, chunk, bidirectional, hidden=HIDDEN, dtype=torch.float32,
                                    device="cpu", atol=2e-5, rtol=1e-4):
-    """``kernel`` against the reference with the same weights: the output
-    (with and without grad), the gradients of the input and of every
-    parameter (the fast path's hand-written backward against autograd's)."""
+    """``kernel`` (an option of --encoder-recurrent-kernel, or a candidate's
+    name) against the reference with the same weights: the output (with and
+    without grad), the gradients of the input and of every parameter (the
+    fast path's hand-written backward against autograd's)."""
     torch.manual_seed(len(lengths) + chunk)
-    fast = ONLSTM(D_MODEL, hidden, bidirectional=bidirectional, chunk_size=chunk, kernel=kernel).to(device, dtype)
+    option = kernel if kernel in dispatch.OPTIONS[dispatch.RECURRENCE] else "auto"
+    fast = ONLSTM(D_MODEL, hidden, bidirectional=bidirectional, chunk_size=chunk, kernel=option)
+    if option != kernel:
+        candidates.use(fast, kernel)
+    fast = fast.to(device, dtype)
     reference = ONLSTM(D_MODEL, hidden, bidirectional=bidirectional, chunk_size=chunk, kernel="reference")
     reference.load_state_dict(fast.state_dict())
     x, lengths = _padded_batch(lengths, D_MODEL, dtype=torch.float32, pad_value=-4.0, seed=chunk)
@@ -161,19 +166,20 @@ def test_a_broken_onednn_op_falls_back_to_addmm(monkeypatch, caplog):
     def changed(*args, **kwargs):
         raise RuntimeError("mkldnn::_reorder_linear_weight() Expected a value of type 'int' for argument 'batch_size'")
 
+    # the op is private by nature, and the probe's answer is kept per process: no other way to break it
     monkeypatch.setattr(torch.ops.mkldnn, "_reorder_linear_weight", changed)
-    monkeypatch.setattr(packed, "_PROBE", {})
-    with caplog.at_level(logging.WARNING, logger=packed.__name__):
-        assert not packed.onednn_applies(torch.zeros(2, 2))
+    monkeypatch.setattr(onednn, "_PROBE", {})
+    with caplog.at_level(logging.WARNING, logger=onednn.__name__):
+        assert not onednn.applies(torch.zeros(2, 2))
     assert "oneDNN's packed matmuls do not work here" in caplog.text
     assert_kernel_is_the_reference("cpu", [4, 2], 1, True)
 
 
 def test_onednn_only_on_the_torch_releases_it_was_run_with(monkeypatch):
     weight = torch.zeros(2, 2)
-    assert packed.onednn_applies(weight) == torch.backends.mkldnn.is_available()
-    monkeypatch.setattr(packed, "ONEDNN_TESTED_TORCH", ((1, 0), (1, 13)))
-    assert not packed.onednn_applies(weight)
+    assert onednn.applies(weight) == torch.backends.mkldnn.is_available()
+    monkeypatch.setattr(onednn, "ONEDNN_TESTED_TORCH", ((1, 0), (1, 13)))
+    assert not onednn.applies(weight)
 
 
 @pytest.mark.parametrize("cell, kernel", [("onlstm", "auto"), ("onlstm", "reference"), ("lstm", "auto")])
@@ -360,8 +366,9 @@ def test_second_backward_through_the_layer_is_refused(kernel):
     """The fast paths write the gate gradients over the saved gates (behind
     autograd's back, then bump the version): a second backward through the
     same graph must fail, not read them."""
-    if kernels.unavailable(kernel):
-        pytest.skip(kernels.unavailable(kernel))
+    reason = dispatch.refusal(dispatch.RECURRENCE, kernel)
+    if reason:
+        pytest.skip(reason)
     device = "cuda" if kernel == "triton" and torch.cuda.is_available() else "cpu"
     if device == "cpu" and kernel == "triton" and os.environ.get("TRITON_INTERPRET") != "1":
         pytest.skip("no GPU and Triton's interpreter is off")
@@ -375,32 +382,44 @@ def test_second_backward_through_the_layer_is_refused(kernel):
 
 def test_auto_chooses_by_device_dtype_and_what_is_installed(monkeypatch):
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    cell = "cpu" if cpu_cell.available() else "reference"
-    assert kernels.choose("auto", cpu, torch.float32) == cell
-    assert kernels.choose("auto", cpu, torch.float64) == "reference"
-    assert kernels.choose("auto", cpu, torch.bfloat16) == "reference"
-    gpu = "triton" if triton_steps.triton is not None else "reference"
-    assert kernels.choose("auto", cuda, torch.float16) == gpu
-    assert kernels.choose("auto", cuda, torch.float64) == "reference"
-    assert kernels.choose("reference", cpu, torch.float32) == "reference"
-    monkeypatch.setattr(triton_steps, "triton", None)
-    assert kernels.choose("auto", cuda, torch.bfloat16) == "reference"
+
+    def chosen(option, device, dtype):
+        return dispatch.recurrent_kernel(option, device, dtype).name
+
+    cell = "onlstm_cpp" if onlstm_cpp.available() else "onlstm_reference"
+    assert chosen("auto", cpu, torch.float32) == cell
+    assert chosen("auto", cpu, torch.float64) == "onlstm_reference"
+    assert chosen("auto", cpu, torch.bfloat16) == "onlstm_reference"
+    gpu = "onlstm_triton" if triton_common.triton is not None else "onlstm_reference"
+    assert chosen("auto", cuda, torch.float16) == gpu
+    assert chosen("auto", cuda, torch.float64) == "onlstm_reference"
+    assert chosen("reference", cpu, torch.float32) == "onlstm_reference"
+    monkeypatch.setattr(triton_common, "triton", None)
+    assert chosen("auto", cuda, torch.bfloat16) == "onlstm_reference"
 
 
 def test_an_explicit_kernel_that_cannot_run_is_refused_at_build(monkeypatch):
-    with pytest.raises(ValueError, match="--encoder-recurrent-kernel cuda: it is not one of auto, reference"):
+    with pytest.raises(ValueError, match="--encoder-recurrent-kernel cuda: it is not one of auto, reference, cpu, "
+                                         "triton$"):
         ONLSTM(D_MODEL, HIDDEN, kernel="cuda")
     with pytest.raises(ValueError, match="--encoder-recurrent-kernel apply to --encoder-recurrent-cell onlstm"):
         RecurrentLayer(D_MODEL, "lstm", kernel="reference")
-    monkeypatch.setattr(triton_steps, "triton", None)
-    for kernel in kernels.TRITON_KERNELS:
-        with pytest.raises(ValueError, match=f"--encoder-recurrent-kernel {kernel}: it needs the triton package"):
-            ONLSTM(D_MODEL, HIDDEN, kernel=kernel)
-    monkeypatch.setattr(cpu_cell, "_loaded", {"reason": "the C++ cell is not built: run fairseq-posattn-build-cell"})
+    monkeypatch.setattr(triton_common, "triton", None)
+    with pytest.raises(ValueError, match="--encoder-recurrent-kernel triton: it needs the triton package"):
+        ONLSTM(D_MODEL, HIDDEN, kernel="triton")
+    # the cell's loading is kept per process: no other way to see a machine without it
+    monkeypatch.setattr(onlstm_cpp, "_loaded", {"reason": "the C++ cell is not built: run fairseq-posattn-build-cell"})
     with pytest.raises(ValueError, match="--encoder-recurrent-kernel cpu: the C\\+\\+ cell is not built"):
         ONLSTM(D_MODEL, HIDDEN, kernel="cpu")
-    assert kernels.choose("auto", torch.device("cpu"), torch.float32) == "reference"
+    assert dispatch.recurrent_kernel("auto", torch.device("cpu"), torch.float32).name == "onlstm_reference"
     assert ONLSTM(D_MODEL, HIDDEN).kernel == "auto"
+
+
+@pytest.mark.parametrize("kernel", ["persistent", "graph", "compile"])
+def test_a_removed_kernel_is_refused_at_build_naming_the_changelog(kernel):
+    with pytest.raises(ValueError, match=f"^--encoder-recurrent-kernel {kernel} was removed in 0.3.0 "
+                                         r"\(CHANGELOG.md\): .* --model-overrides"):
+        ONLSTM(D_MODEL, HIDDEN, kernel=kernel)
 
 
 @pytest.mark.parametrize("compiler, says", [
@@ -414,7 +433,7 @@ def test_building_the_cell_without_a_compiler_says_so_and_what_runs(monkeypatch,
     monkeypatch.setenv("FAIRSEQ_POSATTN_CELL_DIR", str(tmp_path))
     monkeypatch.setenv("CXX", compiler)
     with pytest.raises(SystemExit, match=says + ".*the ON-LSTM runs the reference on the CPU"):
-        cpu_cell.build_main([])
+        onlstm_cpp.build_main([])
     assert not list(tmp_path.rglob("*.so"))
 
 

@@ -1,5 +1,5 @@
-"""The Triton kernel of Shaw relative keys and values (``modules/relative_flash.py``)
-against the explicit path and the loop reference.
+"""The Triton kernel of Shaw relative keys and values (``shaw_triton``,
+``kernels/shaw_flash.py``) against the explicit path and the loop reference.
 
 On a machine without a GPU the kernels run in Triton's interpreter on the CPU
 (``TRITON_INTERPRET=1``, set by conftest.py); with one, compiled, on CUDA
@@ -23,11 +23,12 @@ from torch import nn
 pytest.importorskip("triton")
 
 from test_attention import (  # noqa: E402
-    EMBED, HEADS, OPTION_SETS, build, reference_attention, right_padding_mask,
+    EMBED, HEADS, OPTION_SETS, build, chosen, reference_attention, right_padding_mask,
 )
 
+from fairseq_posattn.kernels import candidates, dispatch, triton_common  # noqa: E402
+from fairseq_posattn.kernels.triton_common import draw_seed, dropout_keep  # noqa: E402
 from fairseq_posattn.modules import AttentionContext, PositionAwareSelfAttention  # noqa: E402
-from fairseq_posattn.modules.relative_flash import draw_seed, dropout_keep  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 if DEVICE == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
@@ -60,15 +61,23 @@ PADDINGS = {
 }
 
 
-def flash_and_explicit(options, dtype=torch.float32, dropout=0.0):
-    """The layer of ``options`` on the Triton kernel, in ``dtype``, and the same
-    weights on the explicit path in float64."""
+def on_kernel(attn, kernel):
+    """``attn`` on ``kernel``: an option of --encoder-attention-kernel, or a candidate's name."""
+    if kernel in dispatch.OPTIONS[dispatch.ATTENTION]:
+        attn.kernel = kernel
+    else:
+        candidates.use(attn, kernel)
+    return attn
+
+
+def flash_and_explicit(options, dtype=torch.float32, dropout=0.0, kernel="triton"):
+    """The layer of ``options`` on the Triton kernel (``kernel``), in ``dtype``,
+    and the same weights on the explicit path in float64."""
     attn = build(dtype=torch.float64, **options)
     attn.dropout_module.p = dropout
     explicit = copy.deepcopy(attn).to(DEVICE)
     explicit.kernel = "explicit"
-    attn.kernel = "triton"
-    return attn.to(DEVICE, dtype), explicit
+    return on_kernel(attn, kernel).to(DEVICE, dtype), explicit
 
 
 def context(length, batch=3):
@@ -105,14 +114,14 @@ def assert_same(got, expected, dtype, units):
                                    msg=lambda message: f"{name}: {message}")
 
 
-def assert_kernel_is_the_explicit_path(options, padding, path):
-    """The layer of ``options`` takes the Triton kernel ``path``: its values and
+def assert_kernel_is_the_explicit_path(options, padding, name, kernel="triton"):
+    """The layer of ``options`` on ``kernel`` takes the Triton kernel ``name``: its values and
     every gradient in float32, to float32's rounding of the float64 explicit path."""
     length, mask = PADDINGS[padding]
-    attn, explicit = flash_and_explicit(options)
+    attn, explicit = flash_and_explicit(options, kernel=kernel)
     mask = None if mask is None else mask.to(DEVICE)
     x = torch.randn(length, 3, EMBED, dtype=torch.float64, device=DEVICE)
-    assert attn._path(torch.empty(0, device=DEVICE), need_weights=False) == path
+    assert chosen(attn, torch.empty(0, device=DEVICE)) == name
     expected = outputs_and_grads(explicit, x, mask, length)
     assert_same(outputs_and_grads(attn, x.float(), mask, length), expected, torch.float32, 32)
 
@@ -120,7 +129,7 @@ def assert_kernel_is_the_explicit_path(options, padding, path):
 @pytest.mark.parametrize("padding", sorted(PADDINGS))
 @pytest.mark.parametrize("sets", sorted(SETS))
 def test_the_kernel_is_the_explicit_path(sets, padding):
-    assert_kernel_is_the_explicit_path(SETS[sets], padding, "shaw_kernel")
+    assert_kernel_is_the_explicit_path(SETS[sets], padding, "shaw_triton")
 
 
 @pytest.mark.parametrize("name", ["shaw", "shaw_wide"])
@@ -213,52 +222,50 @@ def layer_options(name):
     return {**OPTION_SETS[first], **OPTION_SETS.get(second, {"learnable_temperature": True})}
 
 
-def assert_takes_the_kernel(options, path, takes):
-    """``auto`` takes the kernel ``path`` on CUDA (if it is one of
-    ``AUTO_TRITON_KERNELS``), ``triton`` on any device, for the layers it
-    computes (``takes``); never where the weights are asked for, in float64,
-    or with ``explicit``."""
-    from fairseq_posattn.modules.attention import AUTO_TRITON_KERNELS
-
+def assert_takes_the_kernel(options, name, takes, kernel="triton"):
+    """``auto`` takes the Triton kernel ``name`` on CUDA (unless it is a
+    candidate), ``kernel`` on any device, for the layers it computes
+    (``takes``); never where the weights are asked for, in float64, or with
+    ``explicit``.  A candidate is refused by the layers it does not compute."""
     attn = build(dtype=torch.float32, **options)
     query = torch.empty(1, device=DEVICE)
-    on_cuda = DEVICE == "cuda"
-    assert (attn._path(query, need_weights=False) == path) == (on_cuda and takes and path in AUTO_TRITON_KERNELS)
-    attn.kernel = "triton"
-    assert (attn._path(query, need_weights=False) == path) == takes
-    assert attn._path(query, need_weights=True) == "explicit"
-    assert attn._path(query.double(), need_weights=False) != path
+    candidate = kernel not in dispatch.OPTIONS[dispatch.ATTENTION]
+    assert (chosen(attn, query) == name) == (DEVICE == "cuda" and takes and not candidate)
+    if candidate and not takes:
+        with pytest.raises(ValueError, match=f"the candidate {kernel} computes no layer of this model"):
+            candidates.use(attn, kernel)
+        return
+    on_kernel(attn, kernel)
+    assert (chosen(attn, query) == name) == takes
+    assert chosen(attn, query, need_weights=True) == "explicit"
+    assert chosen(attn, query.double()) != name
     attn.kernel = "explicit"
-    assert attn._path(query, need_weights=False) == "explicit"
+    assert chosen(attn, query) == "explicit"
 
 
 @pytest.mark.parametrize("name", sorted(TAKES_THE_KERNEL))
 def test_which_layers_take_the_kernel(name):
-    assert_takes_the_kernel(layer_options(name), "shaw_kernel", TAKES_THE_KERNEL[name])
+    assert_takes_the_kernel(layer_options(name), "shaw_triton", TAKES_THE_KERNEL[name])
 
 
 def test_a_cpu_tensor_outside_the_interpreter_takes_the_explicit_path(monkeypatch, caplog):
     """A model asked for the Triton kernels (trained on a GPU, say) runs on the
     CPU: the explicit path computes it, and the log says so once."""
-    from fairseq_posattn.modules import attention
-
     attn = build(dtype=torch.float32, encoder_attention_kernel="triton", **OPTION_SETS["shaw"])
     explicit = copy.deepcopy(attn)
     explicit.kernel = "explicit"
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    attention._warn_once.cache_clear()
+    dispatch._warn_once.cache_clear()  # the warning is once per process: forget earlier tests' (no other way)
     x = torch.randn(4, 2, EMBED)
-    with caplog.at_level(logging.WARNING, logger="fairseq_posattn.modules.attention"):
-        assert attn._path(x, need_weights=False) == "explicit"
+    with caplog.at_level(logging.WARNING, logger=dispatch.__name__):
+        assert chosen(attn, x) == "explicit"
         torch.testing.assert_close(attn(x)[0], explicit(x)[0])
         attn(x)
     assert caplog.text.count("the explicit path computes the same function") == 1
 
 
 def test_the_kernel_needs_triton(monkeypatch):
-    import fairseq_posattn.modules.relative_flash as relative_flash
-
-    monkeypatch.setattr(relative_flash, "triton", None)
+    monkeypatch.setattr(triton_common, "triton", None)
     with pytest.raises(ValueError, match="--encoder-attention-kernel triton: it needs the triton package"):
         build(dtype=torch.float32, encoder_attention_kernel="triton", **OPTION_SETS["shaw"])
 

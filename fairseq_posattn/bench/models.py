@@ -45,7 +45,7 @@ import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -54,7 +54,8 @@ from fairseq.sequence_generator import SequenceGenerator
 from torch.nn.attention import SDPBackend
 
 from ..models.from_flags import build_model_from_flags, stand_in_dictionary
-from ..modules.onlstm import cuda_graphs
+from ..kernels import candidates
+from ..kernels.candidates import onlstm_cuda_graphs
 from ..structure import batch_trees_of_pieces
 from ..structure.control_trees import random_projective_heads
 from .timing import per_repeat_ratios, synchronize
@@ -70,6 +71,7 @@ class BenchRow:
     deep_encoder: bool = False  # a SAN encoder of 2 x --layers (the hybrids' depth)
     baseline: str = "stock"  # the row its ratios are taken against
     by_default: bool = True  # in the run without --rows (the kernel comparisons are asked for by name)
+    candidate: Optional[str] = None  # a kernel of fairseq_posattn.kernels.candidates in the layers it computes
 
 
 ROWS = [
@@ -106,14 +108,13 @@ ROWS = [
              by_default=False),
     BenchRow("conv2d-triton", "transformer_posattn_conv2d", ["--encoder-attention-kernel", "triton"],
              by_default=False),
-    BenchRow("conv1d-triton", "transformer_posattn_conv1d", ["--encoder-attention-kernel", "triton"],
-             by_default=False),
-    # the hybrid with its recurrence in one launch per layer, or replayed from CUDA graphs (CUDA),
-    # against the per-step kernels
-    BenchRow("onlstm-san-persistent", "onlstm_san_transformer", ["--encoder-recurrent-kernel", "persistent"],
-             recurrent=True, baseline="onlstm-san", by_default=False),
-    BenchRow("onlstm-san-graph", "onlstm_san_transformer", ["--encoder-recurrent-kernel", "graph"],
-             recurrent=True, baseline="onlstm-san", by_default=False),
+    # the candidates (fairseq_posattn.kernels.candidates): the 1d convolution's kernels; the hybrid with its
+    # recurrence in one launch per layer, or replayed from CUDA graphs (CUDA), against the per-step kernels
+    BenchRow("conv1d-triton", "transformer_posattn_conv1d", candidate="conv1d_triton", by_default=False),
+    BenchRow("onlstm-san-persistent", "onlstm_san_transformer", recurrent=True, baseline="onlstm-san",
+             by_default=False, candidate="onlstm_persistent"),
+    BenchRow("onlstm-san-graph", "onlstm_san_transformer", recurrent=True, baseline="onlstm-san",
+             by_default=False, candidate="onlstm_cuda_graphs"),
 ]
 
 
@@ -140,10 +141,12 @@ def _size_flags(row: BenchRow, settings) -> List[str]:
 
 def build_model(row: BenchRow, settings, dictionary, extra_flags: Sequence[str] = ()):
     """Build ``row``'s model through fairseq's own argument parsing
-    (``extra_flags`` last, so they override the row's)."""
+    (``extra_flags`` last, so they override the row's), with the row's candidate kernel."""
     _, model = build_model_from_flags(
         ["--arch", row.arch] + _size_flags(row, settings) + row.flags + list(extra_flags),
         len(dictionary), source=dictionary)
+    if row.candidate is not None:
+        candidates.use(model, row.candidate)
     return model
 
 
@@ -296,7 +299,7 @@ def measure_memory(rows: List[BenchRow], settings, device) -> Dict[str, float]:
         peaks = {}
         dictionary = stand_in_dictionary(settings.vocab)
         for row in rows:
-            cuda_graphs.clear()  # the ON-LSTM's graph buffers are the row's that made them
+            onlstm_cuda_graphs.clear()  # the ON-LSTM's graph buffers are the row's that made them
             torch.cuda.empty_cache()
             runner = Runner(row, settings, dictionary, device)
             runner.train_step()

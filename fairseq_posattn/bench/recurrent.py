@@ -14,34 +14,25 @@ Rows, all bidirectional with hidden = d per direction:
   training steps, which say which algorithm cuDNN took);
 * ``LSTM layer``: :class:`RecurrentLayer` with ``cell="lstm"`` (packed
   ``nn.LSTM`` + 2d -> d projection + residual + pad mask);
-* ``ON-LSTM layer``: :class:`RecurrentLayer` with ``cell="onlstm"`` (on
-  CUDA with Triton: one fused kernel per time step; on the CPU in float32:
-  the loop over the time steps in C++);
-* ``ON-LSTM, persistent``: on CUDA, the same layer with every step in one
-  launch, forward and backward (``kernel="persistent"``);
-* ``ON-LSTM, CUDA graphs``: on CUDA, the per-step kernels replayed from
-  CUDA graphs (``kernel="graph"``; the batch padded to multiples of 8
-  sentences and steps, every sentence running every step);
-* ``ON-LSTM, reference``: the same layer on the reference
-  (``kernel="reference"``, autograd's backward), where a fast path applies, for comparison.
+* ``ON-LSTM layer``: :class:`RecurrentLayer` with ``cell="onlstm"``, on
+  the kernel ``auto`` takes here (:mod:`..kernels.dispatch`);
+* on CUDA, the same layer on each candidate of ``--kernels``
+  (:mod:`..kernels.candidates`), a row named after it;
+* ``ON-LSTM, reference``: the same layer on the reference, where a fast path applies.
 
-With ``--min-length L`` the two layer rows get a padded batch, sentence
-lengths uniform in ``[L, T]`` (the first ``T``), as ``fairseq-posattn-bench``
-builds its batches; both skip the pads (packed sequences), ``nn.LSTM`` keeps
-the full batch as the fixed reference.
+With ``--min-length L`` the layer rows get a padded batch, sentence lengths
+uniform in ``[L, T]`` (the first ``T``), as ``fairseq-posattn-bench`` builds
+its batches; they skip the pads, ``nn.LSTM`` keeps the full batch.
 
 Each row is timed for training (forward + backward of ``out.sum()``,
 gradients reset before each run) and then, after all the training repeats,
 for inference (forward under ``torch.no_grad``, call after call with the same
-weights, as in decoding: a training step drops the weight layouts that the
-ON-LSTM keeps between inference calls); the rows are interleaved within each
-repeat and the median over repeats is reported, with ratios to ``nn.LSTM`` (the ratio of
-the medians, and in brackets the range of the per-repeat ratios, each
-against the ``nn.LSTM`` run of the same repeat).  ON-LSTM has 6h gate
-units per direction against LSTM's 4h (1.5x the recurrent and
-input-projection FLOPs) and the layers add a 2d -> d projection: at the
-same matmul speed as oneDNN's fused LSTM, 1.6x is the floor of the
-ON-LSTM row on full batches.
+weights, as in decoding); the rows are interleaved within each repeat, and
+the median over repeats is reported with ratios to ``nn.LSTM`` (the ratio of
+the medians, and in brackets the range of the per-repeat ratios, each against
+the ``nn.LSTM`` run of the same repeat).  ON-LSTM has 6h gate units per
+direction against LSTM's 4h (1.5x the recurrent and input-projection FLOPs),
+and the layers add a 2d -> d projection.
 """
 
 import argparse
@@ -53,12 +44,11 @@ from typing import List, Optional, Sequence
 import torch
 
 from fairseq_posattn.bench.timing import ratio_range, synchronize
-from fairseq_posattn.modules.onlstm import kernels
+from fairseq_posattn.kernels import candidates, dispatch, onednn
 from fairseq_posattn.modules.recurrent import RecurrentLayer
 
-
-# the ON-LSTM kernels that --kernels times besides the per-step one on CUDA, and their rows
-CANDIDATES = {"persistent": "ON-LSTM, persistent", "graph": "ON-LSTM, CUDA graphs"}
+# the recurrence's candidates, which --kernels times on CUDA besides the kernel auto takes
+CANDIDATES = [k.name for k in candidates.CANDIDATES if k.layer == dispatch.RECURRENCE]
 
 
 def candidate_kernels(text: str) -> List[str]:
@@ -87,16 +77,16 @@ def get_parser():
                            default=torch.float32, help="every row's weights and inputs in float16")
     precision.add_argument("--bf16", dest="dtype", action="store_const", const=torch.bfloat16,
                            help="every row's weights and inputs in bfloat16")
-    p.add_argument("--kernels", type=candidate_kernels, default="persistent,graph",
-                   help="on CUDA, the ON-LSTM kernels timed besides the per-step one, comma-separated "
-                        "(default: persistent,graph; '' for none)")
+    p.add_argument("--kernels", type=candidate_kernels, default=",".join(CANDIDATES),
+                   help="on CUDA, the candidate kernels timed besides the one auto takes, comma-separated "
+                        f"(default: {','.join(CANDIDATES)}; '' for none)")
     p.add_argument("--profile", action="store_true",
                    help="print torch.profiler's forward/backward split and top ops of the ON-LSTM layer")
     p.add_argument("--json", default=None, help="also write the results here")
     return p
 
 
-MATMULS = ("aten::bmm", "aten::baddbmm", "aten::mm", "aten::addmm", "mkldnn::_linear_pointwise")
+MATMULS = ("aten::bmm", "aten::baddbmm", "aten::mm", "aten::addmm") + onednn.MATMUL_OPS
 
 
 def _zero(module):
@@ -118,13 +108,16 @@ def build(args):
         "nn.LSTM": (lstm, lambda: lstm(x)[0]),
     }
     layers = [("LSTM layer", "lstm", "auto"), ("ON-LSTM layer", "onlstm", "auto")]
-    fast = kernels.choose("auto", x.device, x.dtype)
-    if fast == "triton":
-        layers += [(CANDIDATES[kernel], "onlstm", kernel) for kernel in args.kernels]
-    if fast != "reference":
+    fast = dispatch.recurrent_kernel("auto", x.device, x.dtype)
+    if fast is dispatch.ONLSTM_TRITON:
+        layers += [(name, "onlstm", name) for name in args.kernels]
+    if fast is not dispatch.ONLSTM_REFERENCE:
         layers.append(("ON-LSTM, reference", "onlstm", "reference"))
     for label, cell, kernel in layers:
-        layer = RecurrentLayer(d, cell, kernel=kernel).to(args.device, args.dtype)
+        layer = RecurrentLayer(d, cell, kernel="auto" if kernel in CANDIDATES else kernel)
+        if kernel in CANDIDATES:
+            candidates.use(layer, kernel)
+        layer = layer.to(args.device, args.dtype)
         rows[label] = (layer, (lambda layer=layer: layer(x, lengths)))
     return x, rows
 
@@ -231,10 +224,10 @@ def main(argv=None):
     lengths = "T" if cfg["min_length"] is None else "%d..T" % cfg["min_length"]
     print("d=%(dim)d T=%(seq_len)d B=%(batch)d %(dtype)s %(device)s, %(threads)d threads, torch %(torch)s, "
           "median of %(repeats)d interleaved repeats" % cfg + ", layer lengths " + lengths)
-    print("%-14s %10s %10s %22s %10s %22s" % ("", "params", "train ms", "ratio [per repeat]", "infer ms",
+    print("%-18s %10s %10s %22s %10s %22s" % ("", "params", "train ms", "ratio [per repeat]", "infer ms",
                                               "ratio [per repeat]"))
     for r in result["rows"]:
-        print("%-14s %10d %10.1f %6.2fx [%5.2f-%5.2f] %10.1f %6.2fx [%5.2f-%5.2f]" % (
+        print("%-18s %10d %10.1f %6.2fx [%5.2f-%5.2f] %10.1f %6.2fx [%5.2f-%5.2f]" % (
             r["label"], r["params"], r["train_ms"], r["train_ratio"], *r["train_ratio_range"],
             r["infer_ms"], r["infer_ratio"], *r["infer_ratio_range"]))
     if "lstm_kernels" in result:

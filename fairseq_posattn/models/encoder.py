@@ -20,12 +20,13 @@ from fairseq.modules.quant_noise import quant_noise as apply_quant_noise
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from ..kernels import dispatch
+from ..modules.attention import PositionAwareSelfAttention
 from ..modules.attention_config import PositionAttentionConfig
 from ..modules.attention_context import AttentionContext, gather_time, right_padding_order
 from ..modules.encoder_layer import PositionAwareEncoderLayer
 from ..modules.quant_noise import quant_noise_on
 from ..modules.recurrence_config import RecurrenceConfig
-from ..modules.onlstm import kernels
 from ..modules.recurrent import RecurrentLayer
 from ..modules.structural_positions import DepthEmbedding, PositionFusion
 
@@ -124,10 +125,7 @@ class PositionAwareEncoder(FairseqEncoder):
             self.build_recurrent_layer(cfg, recurrence_cfg)
             for _ in range(recurrence_cfg.encoder_recurrent_layers)
         )
-        if recurrence_cfg.encoder_recurrent_layers and recurrence_cfg.encoder_recurrent_cell == "onlstm":
-            logger.info("%d ON-LSTM layers, --encoder-recurrent-kernel %s",
-                        recurrence_cfg.encoder_recurrent_layers,
-                        kernels.describe(recurrence_cfg.encoder_recurrent_kernel))
+        self._log_kernels(attention_cfg, recurrence_cfg)
         # position embeddings enter the self-attention stack (see the class doc)
         self.positions_after_recurrence = bool(
             len(self.recurrent_layers) and len(self.layers) and recurrence_cfg.recurrent_first
@@ -135,6 +133,17 @@ class PositionAwareEncoder(FairseqEncoder):
         self.layer_norm = (
             LayerNorm(embed_dim, export=cfg.export) if cfg.encoder.normalize_before else None
         )
+
+    def _log_kernels(self, attention_cfg: PositionAttentionConfig, recurrence_cfg: RecurrenceConfig) -> None:
+        """The build log's lines: what the kernel flags run here (:func:`..kernels.dispatch.describe`)."""
+        attention = [m for m in self.layers.modules() if isinstance(m, PositionAwareSelfAttention)]
+        if attention:
+            terms = [(m.score_terms, m.probability_terms, m.value_terms) for m in attention]
+            logger.info("%d self-attention layers, %s", len(attention),
+                        dispatch.describe(dispatch.ATTENTION, attention_cfg.encoder_attention_kernel, terms))
+        if recurrence_cfg.encoder_recurrent_layers and recurrence_cfg.encoder_recurrent_cell == "onlstm":
+            logger.info("%d ON-LSTM layers, %s", recurrence_cfg.encoder_recurrent_layers,
+                        dispatch.describe(dispatch.RECURRENCE, recurrence_cfg.encoder_recurrent_kernel))
 
     @staticmethod
     def _build_positions(cfg, attention_cfg, padding_idx):

@@ -6,7 +6,6 @@ Named architectures give the rows of Dufter et al. (2020), Table 2, and the
 best row of Wang et al. (2019), Table 1 (``transformer_struct``).
 """
 
-from fairseq.dataclass.utils import gen_parser_from_dataclass
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import (
     DEFAULT_MAX_SOURCE_POSITIONS,
@@ -126,8 +125,8 @@ class PositionAwareTransformerModel(TransformerModel):
     @classmethod
     def add_args(cls, parser):
         super().add_args(parser)
-        for options in (PositionAttentionConfig(), RecurrenceConfig()):
-            gen_parser_from_dataclass(parser, options, delete_default=True)
+        for options in (PositionAttentionConfig, RecurrenceConfig):
+            options.add_args(parser)
 
     @classmethod
     def build_model(cls, args, task):

@@ -14,34 +14,14 @@ With no term and no temperature it computes what fairseq's
 the same names (``q_proj``, ``k_proj``, ``v_proj``, ``out_proj``), so stock
 checkpoints load into it.
 
-Which code computes a call is decided in one place, :meth:`_path`, from the
-layer's ``kernel`` (``--encoder-attention-kernel``, :data:`ATTENTION_KERNELS`),
-its terms, the device, the dtype and whether a gradient must reach the score
-terms:
-
-* ``triton``: a Triton kernel for the layer's terms: Shaw relative keys and
-  values (one or two position sets, no other term) inside the flash-style
-  attention of :mod:`.relative_flash`, or the 1d or 2d convolved attention
-  (after any score terms, without value terms) with its softmax, masks and
-  dropout in :mod:`.convolved_kernel`; ``auto`` takes those of
-  :data:`AUTO_TRITON_KERNELS` on CUDA where Triton is installed;
-* ``sdpa``: PyTorch's ``scaled_dot_product_attention`` with the score terms
-  and the padding as its additive mask (cast to the query's dtype, which it
-  requires; its kernels accumulate the softmax in float32); ``auto`` takes it
-  where no gradient must reach the score terms (no terms, or inference), and
-  on CUDA in half precision also where one must, as an explicit ``sdpa`` does
-  everywhere (the bias's gradient then comes from PyTorch's backward of the
-  fused attention);
-* ``explicit``: the steps above, written out; whenever the probabilities are
-  needed (probability or value terms, attention weights asked for).
-
-An explicit kernel that cannot compute the layer's terms is refused when the
-layer is built.
+Which code computes a call (the explicit steps above, PyTorch's fused
+attention, or a Triton kernel) is decided by
+:func:`..kernels.dispatch.attention_kernel`, from the layer's ``kernel``
+(``--encoder-attention-kernel``), its terms, the device, the dtype and
+whether a gradient must reach the score terms; an option that cannot compute
+the layer's terms is refused when the layer is built.
 """
 
-import functools
-import logging
-import os
 from typing import Optional, Sequence, Tuple
 
 import torch
@@ -50,23 +30,11 @@ from fairseq.modules.fairseq_dropout import FairseqDropout
 from fairseq.modules.quant_noise import quant_noise
 from torch import Tensor, nn
 
-from . import convolved_kernel, relative_flash
+from ..kernels import dispatch
+from ..kernels.shaw_flash import bucket_dtype, shaw_flash_attention, shaw_pairs
+from ..kernels.triton_common import draw_seed
 from .attention_context import AttentionContext
-from .convolved_attention import ConvolvedAttention1d, ConvolvedAttention2d
 from .precision import at_least_float32
-
-logger = logging.getLogger(__name__)
-
-ATTENTION_KERNELS = ("auto", "explicit", "sdpa", "triton")
-# the Triton kernels that ``auto`` takes on CUDA: those that have passed their tests compiled on a
-# GPU (scripts/gpu_check.sh) and measured at least as fast as the explicit path there (docs/benchmarks.md)
-AUTO_TRITON_KERNELS = ("shaw_kernel", "conv2d_kernel")
-# the convolved attention's kernels, by path
-CONVOLVED_KERNELS = {"conv1d_kernel": convolved_kernel.convolved_attention_1d,
-                     "conv2d_kernel": convolved_kernel.convolved_attention_2d}
-# where ``auto`` hands trainable score terms to PyTorch's fused attention: on CUDA in these dtypes,
-# where it measured at least as fast as the explicit path (docs/benchmarks.md)
-AUTO_SDPA_WITH_GRAD_DTYPES = (torch.float16, torch.bfloat16)
 
 
 class PositionAwareSelfAttention(nn.Module):
@@ -84,9 +52,9 @@ class PositionAwareSelfAttention(nn.Module):
             probs`` applied after the softmax.
         value_terms: modules ``(probs, context) -> [B, H, T, d_h]`` added to
             the attended values.
-        kernel: what computes the attention (:data:`ATTENTION_KERNELS`, see
-            the module's docstring and :meth:`_path`); ``triton`` runs on the
-            CPU only under ``TRITON_INTERPRET=1``.
+        kernel: what computes the attention: one of
+            :data:`..kernels.dispatch.OPTIONS` (``triton`` runs on the CPU
+            only under ``TRITON_INTERPRET=1``).
     """
 
     def __init__(
@@ -108,9 +76,7 @@ class PositionAwareSelfAttention(nn.Module):
             raise ValueError(
                 f"embed_dim {embed_dim} is not divisible by num_heads {num_heads}"
             )
-        reason = kernel_unavailable(kernel, score_terms, probability_terms, value_terms)
-        if reason is not None:
-            raise ValueError(f"--encoder-attention-kernel {kernel}: {reason}")
+        dispatch.check(dispatch.ATTENTION, kernel, (score_terms, probability_terms, value_terms))
         self.embed_dim = embed_dim
         self.num_heads = num_heads
         self.head_dim = embed_dim // num_heads
@@ -210,18 +176,17 @@ class PositionAwareSelfAttention(nn.Module):
         if key_padding_mask is not None:
             key_padding_mask = key_padding_mask.to(torch.bool)
         q, k, v = self._project(x)
-        path = self._path(q, need_weights)
-        bias = None if path == "shaw_kernel" else self._score_bias(q, x, context)
+        kernel = dispatch.attention_kernel(self, q, need_weights)
+        bias = None if kernel is dispatch.SHAW_TRITON else self._score_bias(q, x, context)
 
         weights = None
-        if path == "shaw_kernel":
-            out = self._relative_flash(q, k, v, key_padding_mask, context)
-        elif path in CONVOLVED_KERNELS:
-            probs = CONVOLVED_KERNELS[path](self._logits(q, k, bias), key_padding_mask,
-                                            *self.probability_terms[0].filters(length), *self._kernel_dropout(),
-                                            v.dtype)
+        if kernel is dispatch.SHAW_TRITON:
+            out = self._shaw_flash(q, k, v, key_padding_mask, context)
+        elif kernel.run is not None:  # the convolved attention's probabilities in Triton kernels
+            probs = kernel.run(self._logits(q, k, bias), key_padding_mask, *self.probability_terms[0].filters(length),
+                               *self._kernel_dropout(), v.dtype)
             out = torch.matmul(probs, v)
-        elif path == "sdpa":
+        elif kernel is dispatch.SDPA:
             out = F.scaled_dot_product_attention(
                 q,
                 k,
@@ -253,58 +218,23 @@ class PositionAwareSelfAttention(nn.Module):
         logits = at_least_float32(torch.matmul(q * self.scaling, k.transpose(-1, -2)))
         return logits if bias is None else logits + bias
 
-    def _path(self, q: Tensor, need_weights: bool) -> str:
-        """What computes this call: ``"shaw_kernel"``, ``"conv1d_kernel"`` or
-        ``"conv2d_kernel"`` (``triton``), ``"sdpa"`` or ``"explicit"`` (the module's docstring
-        gives the rules; this is the only place that applies them)."""
-        if need_weights or self.kernel == "explicit":
-            return "explicit"
-        if q.dtype in relative_flash.DTYPES and (
-            self.kernel == "triton" or (self.kernel == "auto" and q.is_cuda and relative_flash.triton is not None)
-        ):
-            served = triton_kernel(self.score_terms, self.probability_terms, self.value_terms)
-            if served is not None and (self.kernel == "triton" or served in AUTO_TRITON_KERNELS):
-                if q.is_cuda or os.environ.get("TRITON_INTERPRET") == "1":
-                    return served
-                _warn_once(f"--encoder-attention-kernel triton: the Triton kernels run on CUDA tensors (or in "
-                           f"Triton's interpreter, TRITON_INTERPRET=1); on {q.device} the explicit path "
-                           "computes the same function")
-        if len(self.probability_terms) > 0 or len(self.value_terms) > 0:
-            return "explicit"
-        if self.kernel == "sdpa" or not self._score_terms_need_grad(q):
-            return "sdpa"
-        if self.kernel == "auto" and q.is_cuda and q.dtype in AUTO_SDPA_WITH_GRAD_DTYPES:
-            return "sdpa"
-        return "explicit"
-
-    def _score_terms_need_grad(self, q: Tensor) -> bool:
-        """A gradient must reach the score terms: autograd records, and the
-        query or a term's parameter requires one (under ``no_grad`` a slice of
-        a parameter still says ``requires_grad``)."""
-        return (
-            torch.is_grad_enabled()
-            and len(self.score_terms) > 0
-            and (q.requires_grad or any(p.requires_grad for p in self.score_terms.parameters()))
-        )
-
-    def _relative_flash(
+    def _shaw_flash(
         self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor], context: AttentionContext
     ) -> Tensor:
         """Shaw keys and values (Eq. 3-4) of each position set inside the Triton kernel."""
         position_sets = [
-            (context.buckets(keys.positions, keys.clip, relative_flash.bucket_dtype(keys.clip)),
-             keys.embedding, values.embedding)
-            for keys, values in relative_flash.shaw_pairs(self.score_terms, self.value_terms)
+            (context.buckets(keys.positions, keys.clip, bucket_dtype(keys.clip)), keys.embedding, values.embedding)
+            for keys, values in shaw_pairs(self.score_terms, self.value_terms)
         ]
         dropout_p, seed = self._kernel_dropout()
-        return relative_flash.relative_flash_attention(
+        return shaw_flash_attention(
             q, k, v, key_padding_mask, position_sets, dropout_p=dropout_p, seed=seed
         )
 
     def _kernel_dropout(self) -> Tuple[float, int]:
         """The attention dropout of the Triton kernels and their Philox seed."""
         if self._dropout_active() and self.dropout_module.p > 0:
-            return self.dropout_module.p, relative_flash.draw_seed()
+            return self.dropout_module.p, draw_seed()
         return 0.0, 0
 
     def _dropout_active(self) -> bool:
@@ -327,45 +257,3 @@ class PositionAwareSelfAttention(nn.Module):
         else:
             mask = bias.to(dtype)
         return mask.masked_fill(pads, torch.finfo(dtype).min)
-
-
-@functools.lru_cache(maxsize=None)
-def _warn_once(message: str) -> None:
-    logger.warning(message)
-
-
-def kernel_unavailable(
-    kernel: str,
-    score_terms: Sequence[nn.Module],
-    probability_terms: Sequence[nn.Module],
-    value_terms: Sequence[nn.Module],
-) -> Optional[str]:
-    """Why ``kernel`` cannot compute a layer with these terms, or None."""
-    if kernel not in ATTENTION_KERNELS:
-        return f"it is not one of {', '.join(ATTENTION_KERNELS)}"
-    if kernel == "sdpa" and (len(probability_terms) > 0 or len(value_terms) > 0):
-        return ("PyTorch's fused attention does not return the probabilities that convolved "
-                "attention and Shaw relative values need: use auto or explicit (or triton, for "
-                "Shaw relative keys and values alone)")
-    if kernel == "triton" and relative_flash.triton is None:
-        return "it needs the triton package (pip install triton)"
-    if kernel == "triton" and triton_kernel(score_terms, probability_terms, value_terms) is None:
-        return ("the Triton kernels compute Shaw relative keys and values alone (--relative-positions, "
-                "--structural-relative-positions) or the convolved attention without value terms "
-                "(--convolved-attention 1d or 2d), in every layer: use auto, explicit or sdpa")
-    return None
-
-
-def triton_kernel(
-    score_terms: Sequence[nn.Module], probability_terms: Sequence[nn.Module], value_terms: Sequence[nn.Module]
-) -> Optional[str]:
-    """The Triton kernel that computes a layer with these terms, or None:
-    ``"shaw_kernel"`` (:mod:`.relative_flash`: Shaw keys and values of one or
-    two position sets, nothing else), ``"conv1d_kernel"`` or ``"conv2d_kernel"``
-    (:mod:`.convolved_kernel`: the convolution after any score terms)."""
-    if len(probability_terms) == 0 and relative_flash.shaw_pairs(score_terms, value_terms) is not None:
-        return "shaw_kernel"
-    if len(probability_terms) == 1 and len(value_terms) == 0:
-        return {ConvolvedAttention1d: "conv1d_kernel", ConvolvedAttention2d: "conv2d_kernel"}.get(
-            type(probability_terms[0]))
-    return None

@@ -6,9 +6,10 @@ from enum import Enum
 from typing import Dict, List, Optional
 
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
+from fairseq.dataclass.utils import gen_parser_from_dataclass
 from torch import nn
 
-from .attention import ATTENTION_KERNELS
+from ..kernels import dispatch
 from .convolved_attention import ConvolvedAttention1d, ConvolvedAttention2d
 from .direct_interactions import AbsolutePositionInteraction, RelativePositionInteraction
 from .relative_positions import QueryProjectedRelativeScores, RelativeKeys, RelativeValues
@@ -19,7 +20,7 @@ INTERACTION_LAYER_CHOICES = ChoiceEnum(["first", "all"])
 OVERFLOW_CHOICES = ChoiceEnum(["error", "clamp"])
 CONVOLUTION_CHOICES = ChoiceEnum(["none", "1d", "2d"])
 STRUCTURAL_EMBEDDING_CHOICES = ChoiceEnum(["none", "fuse", "add"])
-ATTENTION_KERNEL_CHOICES = ChoiceEnum(list(ATTENTION_KERNELS))
+ATTENTION_KERNEL_CHOICES = ChoiceEnum(list(dispatch.OPTIONS[dispatch.ATTENTION]))
 
 
 @dataclass
@@ -37,6 +38,17 @@ class EncoderOptions(FairseqDataclass):
             value = getattr(self, f.name)
             if isinstance(value, Enum):
                 setattr(self, f.name, value.value)
+
+    @classmethod
+    def add_args(cls, parser) -> None:
+        """The options as fairseq flags.  One whose metadata names a ``parse``
+        function takes it as its type (a refusal that names the value), added
+        before fairseq's generator, which leaves a flag already added as it is."""
+        for f in cls.option_fields():
+            if "parse" in f.metadata:
+                parser.add_argument("--" + f.name.replace("_", "-"), type=f.metadata["parse"],
+                                    choices=[choice.value for choice in f.type], help=f.metadata["help"])
+        gen_parser_from_dataclass(parser, cls(), delete_default=True)
 
     @classmethod
     def from_namespace(cls, args):
@@ -159,14 +171,8 @@ class PositionAttentionConfig(EncoderOptions):
     )
     encoder_attention_kernel: ATTENTION_KERNEL_CHOICES = field(
         default="auto",
-        metadata={
-            "help": "what computes the encoder's self-attention: auto (the Triton kernel for "
-            "Shaw relative keys and values on CUDA, PyTorch's fused attention where no "
-            "gradient reaches the score terms, the explicit steps otherwise), explicit, "
-            "sdpa (PyTorch's fused attention, also with trainable score terms) or triton "
-            "(the Triton kernels: Shaw relative keys and values, or the 1d or 2d convolved "
-            "attention); a choice that cannot compute the layers' terms is refused"
-        },
+        metadata={"help": dispatch.help_text(dispatch.ATTENTION),
+                  "parse": dispatch.parse_option(dispatch.ATTENTION)},
     )
 
     def uses_structure(self) -> bool:

@@ -87,7 +87,7 @@ class AttentionContext:
     def buckets(self, name: str, clip: int, dtype: torch.dtype = torch.long) -> Tensor:
         """Rows ``0..2*clip`` of a relative-position table for the named
         positions clipped to ``-clip..clip`` (int64, as ``gather`` wants; the
-        Triton kernel of :mod:`.relative_flash` reads a smaller ``dtype``);
+        Triton kernel of :mod:`..kernels.shaw_flash` reads a smaller ``dtype``);
         made once per forward pass, for every layer and term with that clip."""
         key = (name, clip, dtype)
         if key not in self._buckets:

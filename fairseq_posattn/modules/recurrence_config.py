@@ -7,12 +7,12 @@ from typing import Optional
 
 from fairseq.dataclass import ChoiceEnum
 
+from ..kernels import dispatch
 from .attention_config import EncoderOptions
-from .onlstm.kernels import KERNELS
 
 CELL_CHOICES = ChoiceEnum(["onlstm", "lstm"])
 ORDER_CHOICES = ChoiceEnum(["recurrent-first", "attention-first"])
-KERNEL_CHOICES = ChoiceEnum(list(KERNELS))
+KERNEL_CHOICES = ChoiceEnum(list(dispatch.OPTIONS[dispatch.RECURRENCE]))
 
 
 @dataclass
@@ -57,14 +57,8 @@ class RecurrenceConfig(EncoderOptions):
     )
     encoder_recurrent_kernel: KERNEL_CHOICES = field(
         default="auto",
-        metadata={
-            "help": "what runs the ON-LSTM recurrence: auto (the C++ cell for float32 on the "
-            "CPU, Triton on CUDA, the reference elsewhere), reference (the readable "
-            "definition, autograd's backward), cpu, triton, persistent (CUDA: every step "
-            "in one launch), graph (CUDA: the triton steps replayed from CUDA graphs, one "
-            "per padded batch shape), or compile (torch.compile of the reference, "
-            "recompiled per batch shape)"
-        },
+        metadata={"help": dispatch.help_text(dispatch.RECURRENCE),
+                  "parse": dispatch.parse_option(dispatch.RECURRENCE)},
     )
 
     def hidden_dim(self, embed_dim: int) -> int:

@@ -1,62 +1,45 @@
 """Recurrent encoder layers of the ON-LSTM + SAN hybrid (Hao et al. 2019):
 :class:`RecurrentLayer` is a (bi)directional ON-LSTM (Shen et al. 2019;
-:class:`ONLSTM`, the recurrence of :mod:`.onlstm`) or LSTM over
+:class:`ONLSTM`, whose recurrence :mod:`.onlstm_reference` defines) or LSTM over
 ``d``-dimensional inputs, projected back to ``d``:
 ``out = dropout(proj(concat(forward, backward))) + x``, zero at the pads.
 There is no layer norm: the parameter counts of Hao et al.'s Table 1 leave
 no room for one (docs/hybrids.md).
 """
 
-import logging
 import math
-from typing import List, Optional, Tuple
+from typing import List, Optional
 
 import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from .onlstm import cpu_cell, cuda_graphs, kernels, packed, triton_steps
-from .onlstm.reference import onlstm_reference, reversal_index
+from ..kernels import dispatch, onednn
+from ..kernels.onlstm_packed import PackedRecurrence, direction_weight_grads
+from .onlstm_reference import onlstm_reference, reversal_index
 
 __all__ = ["ONLSTM", "RecurrentLayer"]
 
-logger = logging.getLogger(__name__)
-
-_FAST = {  # each fast path's forward and hand-written backward
-    "cpu": (cpu_cell.onlstm_forward, cpu_cell.onlstm_backward),
-    "triton": (triton_steps.onlstm_forward, triton_steps.onlstm_backward),
-    "persistent": (triton_steps.onlstm_forward_persistent, triton_steps.onlstm_backward_persistent),
-    "graph": (cuda_graphs.onlstm_forward, cuda_graphs.onlstm_backward),
-}
-_compiled: dict = {}
-
-
-def _compiled_reference():
-    """``torch.compile`` of the reference, made on first use (the ``compile`` kernel)."""
-    if "reference" not in _compiled:
-        _compiled["reference"] = torch.compile(onlstm_reference)
-    return _compiled["reference"]
-
 
 class _FastONLSTM(torch.autograd.Function):
-    """A fast path (:data:`_FAST`) over packed inputs with its hand-written
-    backward.  Owning the input projection lets the forward write the gates
-    over it and the backward write the gate gradients over those: one
-    ``[D, N, G]`` buffer for the layer (one ``[N, G]`` per direction on the C++ cell).
-    The ``graph`` path's forward returns a fourth value, its
-    :class:`.onlstm.cuda_graphs.Lease` on the buffers, which the context holds
-    and hands to the backward."""
+    """A fast path (:class:`..kernels.onlstm_packed.PackedRecurrence`) over
+    packed inputs with its hand-written backward.  Owning the input
+    projection lets the forward write the gates over it and the backward
+    write the gate gradients over those: one ``[D, N, G]`` buffer for the
+    layer (one ``[N, G]`` per direction on the C++ cell).  Further values the
+    forward returns (a candidate's hold on its buffers) stay with the
+    context and reach the backward."""
 
     @staticmethod
     def forward(ctx, xs: Tensor, w_ih: Tensor, bias: Tensor, w_hh: Tensor, batch_sizes: List[int],
-                hidden: int, chunk_size: int, save: bool, kernel: str) -> Tensor:
+                hidden: int, chunk_size: int, save: bool, fast: PackedRecurrence) -> Tensor:
         # ``save`` comes from the caller: grad mode is always off in here
-        hs, acts, cells, *lease = _FAST[kernel][0](xs, w_ih, bias, w_hh, batch_sizes, hidden, chunk_size, save)
+        hs, acts, cells, *held = fast.forward(xs, w_ih, bias, w_hh, batch_sizes, hidden, chunk_size, save)
         if save:
-            ctx.lease = lease
+            ctx.held = held
             ctx.per_direction = isinstance(acts, list)
             ctx.save_for_backward(xs, w_ih, w_hh, hs, cells, *(acts if ctx.per_direction else [acts]))
-            ctx.batch_sizes, ctx.hidden, ctx.chunk_size, ctx.kernel = batch_sizes, hidden, chunk_size, kernel
+            ctx.batch_sizes, ctx.hidden, ctx.chunk_size, ctx.fast = batch_sizes, hidden, chunk_size, fast
         return hs
 
     @staticmethod
@@ -64,16 +47,16 @@ class _FastONLSTM(torch.autograd.Function):
     def backward(ctx, grad_hs: Tensor):
         xs, w_ih, w_hh, hs, cells, *acts = ctx.saved_tensors
         acts = acts if ctx.per_direction else acts[0]
-        grad_xg, grad_w_hh = _FAST[ctx.kernel][1](
-            grad_hs.contiguous(), w_hh, hs, acts, cells, ctx.batch_sizes, ctx.hidden, ctx.chunk_size, *ctx.lease)
+        grad_xg, grad_w_hh = ctx.fast.backward(
+            grad_hs.contiguous(), w_hh, hs, acts, cells, ctx.batch_sizes, ctx.hidden, ctx.chunk_size, *ctx.held)
         # grad_xg: one [N, G] per direction (or a [D, N, G] tensor, the same per direction)
         grad_xs = grad_w_ih = grad_bias = None
         if ctx.needs_input_grad[0]:
             w_t = w_ih.transpose(1, 2)
-            layouts = packed.onednn_layouts(w_t, xs.size(1)) if packed.onednn_applies(w_ih) else []
-            grad_xs = torch.stack(packed.direction_matmuls(grad_xg, w_t, layouts))
+            layouts = onednn.layouts(w_t, xs.size(1)) if onednn.applies(w_ih) else []
+            grad_xs = torch.stack(onednn.direction_matmuls(grad_xg, w_t, layouts))
         if ctx.needs_input_grad[1]:
-            grad_w_ih = packed.direction_weight_grads(xs, grad_xg, w_ih)
+            grad_w_ih = direction_weight_grads(xs, grad_xg, w_ih)
         if ctx.needs_input_grad[2]:
             grad_bias = torch.stack([g.sum(0, keepdim=True) for g in grad_xg])
         return grad_xs, grad_w_ih, grad_bias, grad_w_hh, None, None, None, None, None
@@ -87,8 +70,9 @@ class ONLSTM(nn.Module):
     ``weight_hh [D, hidden, G]`` (input-major: ``gates = x @ weight_ih[d] +
     h @ weight_hh[d] + bias_ih[d] + bias_hh[d]``), ``bias_ih [D, G]``,
     ``bias_hh [D, G]``, all uniform(-1/sqrt(hidden), 1/sqrt(hidden)) as in
-    ``nn.LSTM``.  Direction 0 is forward, 1 backward.  ``kernel`` is one of
-    :data:`.onlstm.kernels.KERNELS`, chosen per input by :func:`.onlstm.kernels.choose`.
+    ``nn.LSTM``.  Direction 0 is forward, 1 backward.  ``kernel`` is an
+    option of ``--encoder-recurrent-kernel`` (:data:`..kernels.dispatch.OPTIONS`),
+    the kernel chosen per input by :func:`..kernels.dispatch.recurrent_kernel`.
     """
 
     def __init__(self, input_dim: int, hidden_dim: int, bidirectional: bool = True, chunk_size: int = 1,
@@ -96,7 +80,7 @@ class ONLSTM(nn.Module):
         super().__init__()
         if chunk_size < 1 or hidden_dim % chunk_size != 0:
             raise ValueError("hidden_dim (%d) must be divisible by chunk_size (%d)" % (hidden_dim, chunk_size))
-        kernels.check(kernel)
+        dispatch.check(dispatch.RECURRENCE, kernel)
         self.kernel = kernel
         self.input_dim = input_dim
         self.hidden_dim = hidden_dim
@@ -125,28 +109,28 @@ class ONLSTM(nn.Module):
         device = x.device.type
         # the matmul dtype: autocast's (half) when it is on, else the input's
         dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
-        kernel = kernels.choose(self.kernel, x.device, dtype)
+        fast = dispatch.recurrent_kernel(self.kernel, x.device, dtype).run
         bias = self.bias_ih + self.bias_hh
         with torch.autocast(device_type=device, enabled=False):
             args = [t.to(dtype) for t in (x, self.weight_ih, self.weight_hh, bias)]
-            if kernel in ("reference", "compile"):
-                recurrence = onlstm_reference if kernel == "reference" else _compiled_reference()
-                return recurrence(args[0], lengths.to(x.device), args[1], args[2], args[3], self.chunk_size)
-            return self._packed(kernel, *args, lengths.to(x.device))
+            if fast is None:
+                return onlstm_reference(args[0], lengths.to(x.device), args[1], args[2], args[3], self.chunk_size)
+            return self._packed(fast, *args, lengths.to(x.device))
 
-    def _packed(self, kernel: str, x: Tensor, w_ih: Tensor, w_hh: Tensor, bias: Tensor, lengths: Tensor) -> Tensor:
-        """A fast path on the packed layout of :meth:`_layout`.  One gather builds
-        the packed input of both directions (direction 1 reversed within each
-        sentence), one gathers the output."""
+    def _packed(self, fast: PackedRecurrence, x: Tensor, w_ih: Tensor, w_hh: Tensor, bias: Tensor,
+                lengths: Tensor) -> Tensor:
+        """A fast path on its packed layout.  One gather builds the packed
+        input of both directions (direction 1 reversed within each sentence),
+        one gathers the output."""
         seq_len, bsz, dim = x.shape
         nd = self.num_directions
         reverse = reversal_index(lengths, seq_len) if nd == 2 else None
-        in_rows, batch_sizes, packed_row = self._layout(kernel, lengths, reverse, seq_len, bsz)
+        in_rows, batch_sizes, packed_row = fast.layout(lengths, reverse, seq_len, bsz)
         num_rows = sum(batch_sizes)
         xs = x.reshape(seq_len * bsz, dim).index_select(0, in_rows).view(nd, num_rows, dim)
         save = torch.is_grad_enabled() and any(t.requires_grad for t in (xs, w_ih, w_hh, bias))
         hs = _FastONLSTM.apply(xs, w_ih, bias.unsqueeze(1), w_hh, batch_sizes, self.hidden_dim, self.chunk_size,
-                               save, kernel)
+                               save, fast)
         # hs: [D, N + 1, h], row N zero.  Direction 1 reads each [t, b] at the
         # reversed position (pads stay in place)
         out_rows = [packed_row]
@@ -154,45 +138,6 @@ class ONLSTM(nn.Module):
             out_rows.append(packed_row.gather(0, reverse) + (num_rows + 1))
         out_rows = torch.stack(out_rows, -1).view(-1)  # [T, B, D] rows of hs.view(D*(N+1), h)
         return hs.reshape(nd * (num_rows + 1), -1).index_select(0, out_rows).view(seq_len, bsz, -1)
-
-    def _layout(self, kernel: str, lengths: Tensor, reverse: Optional[Tensor], seq_len: int,
-                bsz: int) -> Tuple[Tensor, List[int], Tensor]:
-        """Time-major rows, step ``t`` over ``batch_sizes[t]`` sentences: the
-        rows of ``x.view(T*B, C)`` each direction reads (one tensor, direction 0
-        first; direction 1, if ``reverse`` (:func:`.onlstm.reference.reversal_index`)
-        is given, each sentence backwards), ``batch_sizes``, and the packed row
-        of each ``[t, b]`` (``N``, the zero row, at pads).
-
-        Packed: the sentences sorted longest first, step ``t`` over those
-        longer than ``t``, so no pad is computed.  On the ``graph`` path the
-        batch padded to :func:`.onlstm.cuda_graphs.bucket` sentences and steps
-        instead, every sentence running every step (pad steps come after a
-        sentence's tokens in both directions; padding sentences read row 0), so
-        that batches of one bucket replay one graph."""
-        device = lengths.device
-        steps = torch.arange(seq_len, device=device)
-        if kernel == "graph":
-            num_steps, rows = cuda_graphs.bucket(seq_len), cuda_graphs.bucket(bsz)
-            t_idx = torch.arange(num_steps, device=device).repeat_interleave(rows)
-            b_idx = torch.arange(rows, device=device).repeat(num_steps)
-            real = (t_idx < seq_len) & (b_idx < bsz)
-            t_idx, b_idx = t_idx.clamp(max=seq_len - 1), b_idx.clamp(max=bsz - 1)
-            src_t = [t_idx] if reverse is None else [t_idx, reverse[t_idx, b_idx]]
-            in_rows = torch.cat([torch.where(real, s * bsz + b_idx, 0) for s in src_t])
-            tokens = steps.unsqueeze(1) < lengths.unsqueeze(0)  # [T, B]
-            packed_row = steps.unsqueeze(1) * rows + torch.arange(bsz, device=device)
-            return in_rows, [rows] * num_steps, packed_row.masked_fill(~tokens, num_steps * rows)
-        sorted_lengths, order = torch.sort(lengths, descending=True, stable=True)
-        valid = steps.unsqueeze(1) < sorted_lengths.unsqueeze(0)  # [T, B], sorted columns
-        t_idx, k_idx = valid.nonzero(as_tuple=True)  # packed order
-        num_rows = t_idx.numel()
-        batch_sizes = [n for n in valid.sum(1).tolist() if n > 0]
-        b_idx = order[k_idx]
-        src_t = [t_idx] if reverse is None else [t_idx, sorted_lengths[k_idx] - 1 - t_idx]
-        in_rows = torch.cat([s * bsz + b_idx for s in src_t])
-        packed_row = torch.full((seq_len, bsz), num_rows, dtype=torch.long, device=device)
-        packed_row[t_idx, b_idx] = torch.arange(num_rows, device=device)
-        return in_rows, batch_sizes, packed_row
 
 
 class RecurrentLayer(nn.Module):

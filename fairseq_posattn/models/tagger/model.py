@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
-from fairseq.dataclass.utils import gen_parser_from_dataclass
 from fairseq.models import BaseFairseqModel, register_model, register_model_architecture
 from fairseq.models.transformer import Embedding, TransformerConfig
 from torch import nn
@@ -80,8 +79,8 @@ class PositionAwareTagger(BaseFairseqModel):
 
     @classmethod
     def add_args(cls, parser):
-        for options in (TaggerOptions(), PositionAttentionConfig()):
-            gen_parser_from_dataclass(parser, options, delete_default=True)
+        for options in (TaggerOptions, PositionAttentionConfig):
+            options.add_args(parser)
 
     @classmethod
     def build_model(cls, args, task):

@@ -1,4 +1,4 @@
-"""The per-step Triton loop of :mod:`.triton_steps` replayed from CUDA graphs:
+"""CANDIDATE: the per-step Triton loop of :mod:`..onlstm_triton` replayed from CUDA graphs:
 a layer's steps, forward and backward, recorded the first time a batch
 shape comes and replayed after as one launch each way, so the host no
 longer launches a matmul and a kernel per step.
@@ -15,8 +15,8 @@ runs without graphs).  A slot runs a new shape eagerly, then records it
 buffer that must grow for a larger batch drops the graphs that read it.
 The graphs allocate only temporaries, from the slot's memory pool.
 
-Shapes repeat because :class:`..recurrent.ONLSTM` pads the batch on this
-path to multiples of :data:`BUCKET` sentences and steps, every sentence
+Shapes repeat because this path's layout (:func:`bucketed_layout`) pads
+the batch to multiples of :data:`BUCKET` sentences and steps, every sentence
 running every step (a pad step's gradient is zero, so nothing reaches the
 sentence).  On the CPU (Triton's interpreter, the tests) a recorded graph is
 the loop itself, run again at each replay.
@@ -31,10 +31,11 @@ from typing import Callable, Dict, List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from . import triton_steps
-from .packed import gate_buffers, state_buffers
+from .. import onlstm_triton
+from ..onlstm_packed import gate_buffers, state_buffers
 
-__all__ = ["BUCKET", "MAX_GRAPHS", "MAX_SLOTS", "Lease", "bucket", "clear", "onlstm_backward", "onlstm_forward"]
+__all__ = ["BUCKET", "MAX_GRAPHS", "MAX_SLOTS", "Lease", "bucket", "bucketed_layout", "clear", "onlstm_backward",
+           "onlstm_forward"]
 
 BUCKET = 8  # batches are padded to multiples of this many sentences and steps
 MAX_SLOTS = 8  # ON-LSTM layers in flight at once, per device
@@ -45,6 +46,26 @@ PHASES = ("forward", "backward")  # the first element of a graph's key
 def bucket(n: int) -> int:
     """``n`` rounded up to a multiple of :data:`BUCKET`."""
     return -(-n // BUCKET) * BUCKET
+
+
+def bucketed_layout(lengths: Tensor, reverse: Optional[Tensor], seq_len: int,
+                    bsz: int) -> Tuple[Tensor, List[int], Tensor]:
+    """:func:`..onlstm_packed.packed_layout` for graphs: the batch padded to
+    :func:`bucket` sentences and steps, every sentence running every step
+    (pad steps come after a sentence's tokens in both directions; padding
+    sentences read row 0), so that batches of one bucket replay one graph."""
+    device = lengths.device
+    num_steps, rows = bucket(seq_len), bucket(bsz)
+    t_idx = torch.arange(num_steps, device=device).repeat_interleave(rows)
+    b_idx = torch.arange(rows, device=device).repeat(num_steps)
+    real = (t_idx < seq_len) & (b_idx < bsz)
+    t_idx, b_idx = t_idx.clamp(max=seq_len - 1), b_idx.clamp(max=bsz - 1)
+    src_t = [t_idx] if reverse is None else [t_idx, reverse[t_idx, b_idx]]
+    in_rows = torch.cat([torch.where(real, s * bsz + b_idx, 0) for s in src_t])
+    steps = torch.arange(seq_len, device=device)
+    tokens = steps.unsqueeze(1) < lengths.unsqueeze(0)  # [T, B]
+    packed_row = steps.unsqueeze(1) * rows + torch.arange(bsz, device=device)
+    return in_rows, [rows] * num_steps, packed_row.masked_fill(~tokens, num_steps * rows)
 
 
 class _Rerun:
@@ -156,19 +177,19 @@ def onlstm_forward(
     xs: Tensor, w_ih: Tensor, bias: Tensor, w_hh: Tensor, batch_sizes: List[int],
     hidden: int, chunk_size: int, save: bool,
 ) -> Tuple[Tensor, Tensor, Tensor, Optional[Lease]]:
-    """:func:`.triton_steps.onlstm_forward` with its steps replayed from a
+    """:func:`..onlstm_triton.onlstm_forward` with its steps replayed from a
     graph, and, with ``save``, the :class:`Lease` that the backward needs
     (None where every slot was busy: the steps ran without a graph)."""
     key = ("forward", tuple(batch_sizes), tuple(xs.shape), xs.dtype, tuple(w_hh.shape), chunk_size, save)
     slot = _free_slot(xs.device, key)
     if slot is None:
-        return (*triton_steps.onlstm_forward(xs, w_ih, bias, w_hh, batch_sizes, hidden, chunk_size, save), None)
+        return (*onlstm_triton.onlstm_forward(xs, w_ih, bias, w_hh, batch_sizes, hidden, chunk_size, save), None)
     empty = slot.carve("forward")
     xg, acts = gate_buffers(xs, w_ih, bias, save, empty)
     cells, out = state_buffers(xs, batch_sizes, hidden, save, empty)
     weights = empty(w_hh.shape, dtype=w_hh.dtype, device=w_hh.device).copy_(w_hh)
-    slot.run(key, lambda: triton_steps.forward_steps(xg, acts, cells, out, weights, batch_sizes, hidden, chunk_size,
-                                                     save))
+    slot.run(key, lambda: onlstm_triton.forward_steps(xg, acts, cells, out, weights, batch_sizes, hidden, chunk_size,
+                                                      save))
     if not save:  # the slot is free again at return: the caller gets its own copy
         return out.clone(), acts, cells, None
     # new tensor objects on the slot's memory: what autograd attaches to them
@@ -180,18 +201,18 @@ def onlstm_backward(
     grad_hs: Tensor, w_hh: Tensor, hs: Tensor, acts: Tensor, cells: Tensor,
     batch_sizes: List[int], hidden: int, chunk_size: int, lease: Optional[Lease] = None,
 ) -> Tuple[Tensor, Tensor]:
-    """:func:`.triton_steps.onlstm_backward` with its steps replayed from a
+    """:func:`..onlstm_triton.onlstm_backward` with its steps replayed from a
     graph on the slot of the forward's ``lease``, which it releases.  The gate
     gradients are the slot's until its next call: the caller uses them at once."""
     if lease is None:
-        return triton_steps.onlstm_backward(grad_hs, w_hh, hs, acts, cells, batch_sizes, hidden, chunk_size)
+        return onlstm_triton.onlstm_backward(grad_hs, w_hh, hs, acts, cells, batch_sizes, hidden, chunk_size)
     slot = lease.slot
     empty = slot.carve("backward")
     upstream = empty(grad_hs.shape, dtype=grad_hs.dtype, device=grad_hs.device).copy_(grad_hs)
-    grad_xg = triton_steps.gate_gradient_buffer(acts, hs, empty)
+    grad_xg = onlstm_triton.gate_gradient_buffer(acts, hs, empty)
     weights = lease.w_hh
-    slot.run(("backward",) + lease.key[1:], lambda: triton_steps.backward_steps(
+    slot.run(("backward",) + lease.key[1:], lambda: onlstm_triton.backward_steps(
         upstream, weights, acts, cells, grad_xg, batch_sizes, hidden, chunk_size))
-    grad_w_hh = triton_steps.weight_gradient(grad_xg, acts, hs, w_hh, batch_sizes)
+    grad_w_hh = onlstm_triton.weight_gradient(grad_xg, acts, hs, w_hh, batch_sizes)
     lease.release(hs, acts, cells)
     return grad_xg, grad_w_hh

@@ -1,7 +1,8 @@
 """The ON-LSTM (Shen et al. 2019) as Hao et al. (2019) use it, Eq. 3-9: the one
 definition of the recurrence.  Forward only (autograd gives the backward), any
-device and dtype.  The fast paths (:mod:`.cpu_cell`, :mod:`.triton_steps`)
-compute the same with their own backward and are tested against it.
+device and dtype.  The fast paths (:mod:`..kernels.onlstm_cpp`,
+:mod:`..kernels.onlstm_triton`) compute the same with their own backward and
+are tested against it.
 
 Gate layout per direction (``G = 4*hidden + 2*hidden/chunk_size`` columns):
 ``[f, i, o, c_hat, master_f, master_i]``; master unit ``k`` covers the

@@ -9,7 +9,7 @@
 // units of a row, in order: f, i, o, c_hat (hidden each), master forget,
 // master input (n_chunk each; master unit k covers units k*chunk ..
 // k*chunk+chunk-1).  Rows are packed: time-major, step t over the
-// batch_sizes[t] sentences longer than t (fairseq_posattn/modules/onlstm/cpu_cell.py
+// batch_sizes[t] sentences longer than t (fairseq_posattn/kernels/onlstm_cpp.py
 // lays them out and projects the inputs).
 
 #include <ATen/Parallel.h>

@@ -27,31 +27,24 @@ slots are summed afterwards (no atomics: the sums are reproducible).
 
 Logits, softmax and the bucket masses are float32 in every input precision;
 float32 matmuls follow ``torch.backends.cuda.matmul.allow_tf32`` as PyTorch's
-do.  Triton is optional (:data:`triton` is None without it); on the CPU the
-kernels run under Triton's interpreter (``TRITON_INTERPRET=1``).
+do.  Triton is optional (:mod:`.triton_common`); on the CPU the kernels
+run under Triton's interpreter (``TRITON_INTERPRET=1``).
 """
 
-import os
 from typing import List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor, nn
 
-from .relative_positions import RelativeKeys, RelativeValues
+from ..modules.relative_positions import RelativeKeys, RelativeValues
+from .triton_common import interpreted, padded, triton
 
-try:
-    import triton
-    import triton.language as tl
-except ImportError:  # pragma: no cover - exercised where triton is absent
-    triton = None
-
-__all__ = ["DTYPES", "dropout_keep", "draw_seed", "relative_flash_attention", "shaw_pairs", "triton"]
-
-DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # what the kernels compute in
-MIN_DOT = 16  # tl.dot wants every side of a tile at least this long
+__all__ = ["bucket_dtype", "computes_layer", "shaw_flash_attention", "shaw_pairs"]
 
 if triton is not None:
-    _PAD_LOGIT = tl.constexpr(torch.finfo(torch.float32).min)  # as the explicit path masks
+    import triton.language as tl
+
+    from .triton_common import PAD_LOGIT, kept
 
     @triton.jit
     def _tile(ptr, rows, cols, row_stride, n_rows, n_cols, other):
@@ -90,12 +83,6 @@ if triton is not None:
         return tl.dot(x, table.to(tl.float32), input_precision=PRECISION)
 
     @triton.jit
-    def _kept(seed, bh, rows, cols, T, dropout_p):
-        """The dropout mask of a tile: Philox numbers of ``(b, h, i, j)`` against ``dropout_p``."""
-        offsets = (bh * T + rows[:, None]).to(tl.int64) * T + cols[None, :]
-        return tl.rand(seed, offsets) >= dropout_p
-
-    @triton.jit
     def _logits(q, k, qa0, qa1, b0, b1, pads, cols, T, scale,
                 TWO_SETS: tl.constexpr, PRECISION: tl.constexpr):
         """``e_ij`` of a tile (Eq. 4) in float32: padded keys at float32's most
@@ -103,7 +90,7 @@ if triton is not None:
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION) + tl.gather(qa0, b0, 1)
         if TWO_SETS:
             s += tl.gather(qa1, b1, 1)
-        s = tl.where(pads[None, :] != 0, _PAD_LOGIT, s * scale)
+        s = tl.where(pads[None, :] != 0, PAD_LOGIT, s * scale)
         return tl.where(cols[None, :] < T, s, float("-inf"))
 
     @triton.jit
@@ -121,7 +108,7 @@ if triton is not None:
             dp += tl.gather(da1, b1, 1)
         dropped = p
         if DROPOUT:
-            keep = _kept(seed, bh, rows, cols, T, dropout_p)
+            keep = kept(seed, bh, rows, cols, T, dropout_p)
             dropped = tl.where(keep, p / (1.0 - dropout_p), 0.0)
             dp = tl.where(keep, dp / (1.0 - dropout_p), 0.0)
         # no gradient reaches a padded key's logit (the explicit path overwrites it)
@@ -201,7 +188,7 @@ if triton is not None:
             p = tl.exp(s - new_max[:, None])
             row_sum = row_sum * rescale + tl.sum(p, 1)
             if DROPOUT:
-                p = tl.where(_kept(seed, bh, rows, cols, T, dropout_p), p / (1.0 - dropout_p), 0.0)
+                p = tl.where(kept(seed, bh, rows, cols, T, dropout_p), p / (1.0 - dropout_p), 0.0)
             acc = acc * rescale[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
             mass0 = mass0 * rescale[:, None] + _bucket_sums(p, b0, R0, R0_PAD)
             if TWO_SETS:
@@ -315,14 +302,6 @@ if triton is not None:
         tl.store(DK + offsets, (dk * scale).to(DK.dtype.element_ty), mask=mask)
         tl.store(DV + offsets, dv.to(DV.dtype.element_ty), mask=mask)
 
-    @triton.jit(do_not_specialize=["seed"])
-    def _dropout_keep(OUT, seed, dropout_p, T, BLOCK: tl.constexpr):
-        """The kernels' dropout mask of one sentence and head, ``[T, T]``."""
-        bh = tl.program_id(0)
-        rows = tl.arange(0, BLOCK)
-        keep = _kept(seed, bh, rows, rows, T, dropout_p)
-        mask = (rows[:, None] < T) & (rows[None, :] < T)
-        tl.store(OUT + bh * T * T + rows[:, None] * T + rows[None, :], keep.to(tl.int8), mask=mask)
 
 
 def shaw_pairs(score_terms: Sequence[nn.Module], value_terms: Sequence[nn.Module]
@@ -339,27 +318,15 @@ def shaw_pairs(score_terms: Sequence[nn.Module], value_terms: Sequence[nn.Module
     return pairs
 
 
+def computes_layer(score_terms: Sequence[nn.Module], probability_terms: Sequence[nn.Module],
+                   value_terms: Sequence[nn.Module]) -> bool:
+    """Whether the kernel computes a layer with these terms: Shaw keys and values alone (:func:`shaw_pairs`)."""
+    return len(probability_terms) == 0 and shaw_pairs(score_terms, value_terms) is not None
+
+
 def bucket_dtype(clip: int) -> torch.dtype:
     """The smallest integer type of the bucket rows ``0..2*clip`` the kernels read."""
     return torch.int8 if 2 * clip <= torch.iinfo(torch.int8).max else torch.int32
-
-
-def draw_seed() -> int:
-    """A Philox seed for the kernels' dropout, from torch's CPU generator (so
-    ``torch.manual_seed`` and activation checkpointing replay it)."""
-    return int(torch.randint(0, 2**31 - 1, ()))
-
-
-def dropout_keep(seed: int, dropout_p: float, batch_heads: int, length: int, device) -> Tensor:
-    """``[batch_heads, T, T]`` bool: the probabilities the kernels keep for
-    ``seed`` (the same Philox numbers), for tests."""
-    out = torch.empty(batch_heads, length, length, dtype=torch.int8, device=device)
-    _dropout_keep[(batch_heads,)](out, seed, dropout_p, length, BLOCK=_padded(length))
-    return out.bool()
-
-
-def _padded(n: int) -> int:
-    return max(MIN_DOT, triton.next_power_of_2(n))
 
 
 def _block_size(length: int) -> int:
@@ -373,7 +340,7 @@ def _in_layout(x: Tensor, like: Tensor) -> Tensor:
     return x if x.stride() == like.stride() else torch.empty_like(like, dtype=x.dtype).copy_(x)
 
 
-class _RelativeFlashAttention(torch.autograd.Function):
+class _ShawFlashAttention(torch.autograd.Function):
     """Set 1 is ``None`` with one set of positions; the kernels then read set
     0's tensors in its place and never use them."""
 
@@ -391,11 +358,11 @@ class _RelativeFlashAttention(torch.autograd.Function):
             seed=seed, dropout_p=dropout_p, scale=head_dim**-0.5,
             stride_b=q.stride(0), stride_h=q.stride(1), stride_t=q.stride(2),
             bucket_b0=buckets0.stride(0), bucket_b1=buckets1.stride(0), H=heads, T=length, D=head_dim,
-            R0=keys0.size(0), R1=keys1.size(0), R0_PAD=_padded(keys0.size(0)), R1_PAD=_padded(keys1.size(0)),
-            BLOCK_M=block, BLOCK_N=block, BLOCK_D=_padded(head_dim), TWO_SETS=two_sets,
+            R0=keys0.size(0), R1=keys1.size(0), R0_PAD=padded(keys0.size(0)), R1_PAD=padded(keys1.size(0)),
+            BLOCK_M=block, BLOCK_N=block, BLOCK_D=padded(head_dim), TWO_SETS=two_sets,
             HAS_PADS=pads is not None, DROPOUT=dropout_p > 0,
             # Triton's interpreter multiplies bfloat16 tiles as raw bits: float32 there
-            FLOAT32_DOTS=q.dtype == torch.bfloat16 and os.environ.get("TRITON_INTERPRET") == "1",
+            FLOAT32_DOTS=q.dtype == torch.bfloat16 and interpreted(),
             PRECISION="tf32" if torch.backends.cuda.matmul.allow_tf32 else "ieee",
         )
         pads = q.new_empty(0, dtype=torch.uint8) if pads is None else pads.contiguous().view(torch.uint8)
@@ -427,7 +394,7 @@ class _RelativeFlashAttention(torch.autograd.Function):
         return dq, dk, dv, None, None, None, None, dk0, dv0, None, dk1, dv1
 
 
-def relative_flash_attention(
+def shaw_flash_attention(
     q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor],
     position_sets: Sequence[Tuple[Tensor, Tensor, Tensor]], dropout_p: float = 0.0, seed: int = 0,
 ) -> Tensor:
@@ -446,4 +413,4 @@ def relative_flash_attention(
     batch, _, length, _ = q.shape
     sets = [(buckets.expand(batch, length, length), keys, values) for buckets, keys, values in position_sets]
     second = sets[1] if len(sets) == 2 else (None, None, None)
-    return _RelativeFlashAttention.apply(q, k, v, key_padding_mask, dropout_p, seed, *sets[0], *second)
+    return _ShawFlashAttention.apply(q, k, v, key_padding_mask, dropout_p, seed, *sets[0], *second)

@@ -1,5 +1,5 @@
 """The ON-LSTM recurrence on the CPU in C++ (float32): the loop over the time
-steps of :func:`.reference.onlstm_cell` in ``csrc/onlstm_cell.cpp``, forward
+steps of :func:`..modules.onlstm_reference.onlstm_cell` in ``csrc/onlstm_cell.cpp``, forward
 and a hand-written backward, each step one recurrent matmul per direction
 and one pass over the step's rows for the gate arithmetic.
 
@@ -23,7 +23,8 @@ from typing import List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from . import packed
+from . import onednn
+from .onlstm_packed import recurrent_weight_grad, state_buffers
 
 __all__ = ["available", "build", "build_dir", "onlstm_backward", "onlstm_forward", "unavailable_reason"]
 
@@ -98,18 +99,18 @@ def onlstm_forward(
     ``[D, N + 1, hidden]`` (row N zero), and with ``save`` the activated gates
     (one ``[N, G]`` per direction, written over their pre-activations) and the
     cell states ``[D, N, hidden]`` for :func:`onlstm_backward`."""
-    onednn = packed.onednn_applies(w_hh)
+    use_onednn = onednn.applies(w_hh)
     if save:  # training: the weights change every update, lay them out anew
-        packed.forget_onednn_layouts(w_ih, w_hh)
-        layouts_ih = packed.onednn_layouts(w_ih, xs.size(1)) if onednn else []
-        layouts_hh = packed.onednn_weights(w_hh, batch_sizes) if onednn else []
+        onednn.forget_layouts(w_ih, w_hh)
+        layouts_ih = onednn.layouts(w_ih, xs.size(1)) if use_onednn else []
+        layouts_hh = onednn.step_layouts(w_hh, batch_sizes) if use_onednn else []
     else:  # inference: the same weights call after call
-        layouts_ih = packed.kept_onednn_layouts(w_ih, xs.size(1)) if onednn else []
-        layouts_hh = (packed.kept_onednn_layouts(w_hh, batch_sizes[0])
-                      if onednn and len(batch_sizes) > 1 else [])
-    xg = packed.direction_matmuls(xs, w_ih, layouts_ih)  # the cell adds the bias
+        layouts_ih = onednn.kept_layouts(w_ih, xs.size(1)) if use_onednn else []
+        layouts_hh = (onednn.kept_layouts(w_hh, batch_sizes[0])
+                      if use_onednn and len(batch_sizes) > 1 else [])
+    xg = onednn.direction_matmuls(xs, w_ih, layouts_ih)  # the cell adds the bias
     acts = xg if save else []  # the gates overwrite their own pre-activations
-    cells, out = packed.state_buffers(xs, batch_sizes, hidden, save)
+    cells, out = state_buffers(xs, batch_sizes, hidden, save)
     unavailable_reason()
     _loaded["ops"].forward(xg, bias, w_hh, layouts_hh, batch_sizes, acts, cells, out, chunk_size)
     return out, acts, cells
@@ -125,12 +126,12 @@ def onlstm_backward(
     if len(batch_sizes) == 0:
         return acts, torch.zeros_like(w_hh)
     w_t = w_hh.transpose(1, 2)  # [D, G, hidden]
-    layouts = packed.onednn_weights(w_t, batch_sizes) if packed.onednn_applies(w_hh) else []
+    layouts = onednn.step_layouts(w_t, batch_sizes) if onednn.applies(w_hh) else []
     dc = torch.zeros(len(acts), batch_sizes[0], hidden)
     _loaded["ops"].backward(grad_hs, w_t, layouts, acts, cells, batch_sizes, dc, chunk_size)
     for a in acts:  # the cell wrote over the saved gates: a second backward must be refused
         torch.autograd.graph.increment_version(a)
-    return acts, packed.recurrent_weight_grad(hs, acts, w_hh, batch_sizes)
+    return acts, recurrent_weight_grad(hs, acts, w_hh, batch_sizes)
 
 
 def build_main(argv=None) -> None:

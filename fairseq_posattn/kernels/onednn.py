@@ -1,0 +1,112 @@
+"""oneDNN's packed weights for the ON-LSTM's float32 matmuls on the CPU.
+
+The only module that calls torch's private oneDNN ops:
+``mkldnn::_reorder_linear_weight`` lays a weight out for oneDNN once, and
+``mkldnn::_linear_pointwise`` multiplies by the laid-out weight (the C++
+cell, :mod:`.onlstm_cpp`, calls the latter with the layouts it is handed,
+and gets none unless :func:`applies`).  They are used only on the
+torch releases they were checked on (:data:`ONEDNN_TESTED_TORCH`, 2.11 to
+2.13) and after one probe call of each has worked; anywhere else the
+products are ``mm``/``addmm``.
+"""
+
+import logging
+from typing import List, Tuple
+
+import torch
+from torch import Tensor
+from torch.utils.weak import WeakIdKeyDictionary
+
+__all__ = ["MATMUL_OPS", "ONEDNN_TESTED_TORCH", "applies", "direction_matmuls", "forget_layouts", "kept_layouts",
+           "layouts", "step_layouts"]
+
+logger = logging.getLogger(__name__)
+
+# the torch releases whose oneDNN ops the package was checked on (first, last)
+ONEDNN_TESTED_TORCH = ((2, 11), (2, 13))
+# the profiler's names of the oneDNN matmul (for fairseq-posattn-bench-recurrent --profile)
+MATMUL_OPS = ("mkldnn::_linear_pointwise",)
+
+
+def step_layouts(w: Tensor, batch_sizes: List[int]) -> List[Tensor]:
+    """:func:`layouts` of the recurrent weight ``w [D, K, M]`` for the
+    per-step products ``h @ w[d]`` (none when no step reads ``h_{t-1}``).
+
+    Laid out once per call (a copy of the weight), then every step's
+    ``[n, K] @ [K, M]`` reads it as one blocked GEMM."""
+    if len(batch_sizes) < 2:
+        return []
+    return layouts(w, batch_sizes[0])
+
+
+def layouts(w: Tensor, rows: int) -> List[Tensor]:
+    """Each direction's ``w[d]`` (``w [D, K, M]``) in oneDNN's packed layout for ``[rows, K] @ w[d]``."""
+    return [torch.ops.mkldnn._reorder_linear_weight(w[d].t().contiguous(), rows) for d in range(w.size(0))]
+
+
+_KEPT = WeakIdKeyDictionary()  # weight -> (a copy of the values laid out, their oneDNN layouts)
+
+
+def kept_layouts(w: Tensor, rows: int) -> List[Tensor]:
+    """:func:`layouts` of ``w``, kept with ``w`` for as long as it holds
+    the same values: inference reads the same weights call after call.  Each call
+    compares ``w`` with a copy of the values laid out, which also sees writes through ``w.data`` that autograd's version
+    counter does not.  Memory: a copy and a layout of ``w`` until ``w`` is
+    freed or :func:`forget_layouts` drops them."""
+    kept = _KEPT.get(w)
+    if kept is None or not torch.equal(kept[0], w):
+        kept = (w.detach().clone(), layouts(w, rows))
+        _KEPT[w] = kept
+    return kept[1]
+
+
+def forget_layouts(*weights: Tensor) -> None:
+    """Drop the layouts :func:`kept_layouts` keeps for ``weights`` (training
+    changes them every update: keeping them would only hold memory)."""
+    for w in weights:
+        _KEPT.pop(w, None)
+
+
+def direction_matmuls(x: List[Tensor], w: List[Tensor], packed: List[Tensor]) -> List[Tensor]:
+    """``x[d] @ w[d]`` for every direction (a ``[D, ...]`` tensor or a list
+    of one matrix per direction each), one matrix each: ``mm``, or one oneDNN
+    matmul each on ``packed`` (:func:`layouts` of ``w``)."""
+    if len(packed) == 0:
+        return [torch.mm(x[d], w[d]) for d in range(len(x))]
+    return [torch.ops.mkldnn._linear_pointwise(x[d], packed[d], None, "none", [None], "") for d in range(len(x))]
+
+
+def _torch_release() -> Tuple[int, int]:
+    major, minor = torch.__version__.split(".")[:2]
+    return int(major), int(minor)
+
+
+_PROBE: dict = {}
+
+
+def _onednn_works() -> bool:
+    """One probe call of each private op, as the matmuls call them (once per
+    process); an error from either (a changed signature, a missing op) turns
+    them off with one warning."""
+    if "works" not in _PROBE:
+        try:
+            w = torch.ones(2, 3)
+            layout = torch.ops.mkldnn._reorder_linear_weight(w.t().contiguous(), 1)
+            x = torch.ones(1, 2)
+            plain = torch.ops.mkldnn._linear_pointwise(x, layout, None, "none", [None], "")
+            summed = torch.ops.mkldnn._linear_pointwise(x, torch.ones(1, 3), layout, None, "add")
+            _PROBE["works"] = bool(torch.equal(plain, x @ w) and torch.equal(summed, x @ w + 1))
+        except Exception as err:  # noqa: BLE001 - any error from a private op means: don't use it
+            logger.warning("oneDNN's packed matmuls do not work here (%s); the ON-LSTM uses addmm", err)
+            _PROBE["works"] = False
+    return _PROBE["works"]
+
+
+def applies(w: Tensor) -> bool:
+    """oneDNN's packed matmuls take the products: float32 on a CPU, oneDNN
+    built and enabled (``torch.backends.mkldnn.flags(enabled=False)`` turns
+    them off), a torch release in :data:`ONEDNN_TESTED_TORCH`, and the probe worked."""
+    first, last = ONEDNN_TESTED_TORCH
+    return (w.device.type == "cpu" and w.dtype == torch.float32
+            and torch.backends.mkldnn.is_available() and bool(torch.backends.mkldnn.enabled)
+            and first <= _torch_release() <= last and _onednn_works())

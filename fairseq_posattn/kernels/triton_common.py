@@ -1,0 +1,73 @@
+"""What the package's Triton kernels share: Triton itself (:data:`triton` is
+None where it is not installed), the dtypes they compute in, the smallest
+tile side ``tl.dot`` takes, the logit of a padded key, and the attention
+dropout mask: Philox numbers of ``(sentence x head, query, key)`` against the
+dropout probability, so that a backward regenerates the forward's mask from
+its seed.  On the CPU the kernels run in Triton's interpreter
+(``TRITON_INTERPRET=1``, :func:`interpreted`), as the tests run them.
+"""
+
+import os
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # pragma: no cover - exercised where triton is absent
+    triton = None
+
+__all__ = ["DTYPES", "MIN_DOT", "dropout_keep", "draw_seed", "interpreted", "padded", "triton", "unavailable"]
+
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # what the kernels compute in
+MIN_DOT = 16  # tl.dot wants every side of a tile at least this long
+
+
+def interpreted() -> bool:
+    """Triton's interpreter runs the kernels (on CPU tensors)."""
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+if triton is not None:
+    PAD_LOGIT = tl.constexpr(torch.finfo(torch.float32).min)  # a padded key's logit, as on the explicit path
+
+    @triton.jit
+    def kept(seed, bh, rows, cols, T, dropout_p):
+        """The dropout mask of a tile: Philox numbers of ``(b, h, i, j)`` against ``dropout_p``."""
+        offsets = (bh * T + rows[:, None]).to(tl.int64) * T + cols[None, :]
+        return tl.rand(seed, offsets) >= dropout_p
+
+    @triton.jit(do_not_specialize=["seed"])
+    def _dropout_keep(OUT, seed, dropout_p, T, BLOCK: tl.constexpr):
+        """The kernels' dropout mask of one sentence and head, ``[T, T]``."""
+        bh = tl.program_id(0)
+        rows = tl.arange(0, BLOCK)
+        keep = kept(seed, bh, rows, rows, T, dropout_p)
+        mask = (rows[:, None] < T) & (rows[None, :] < T)
+        tl.store(OUT + bh * T * T + rows[:, None] * T + rows[None, :], keep.to(tl.int8), mask=mask)
+
+
+def padded(n: int) -> int:
+    """``n`` rounded up to a power of two, at least :data:`MIN_DOT`."""
+    return max(MIN_DOT, triton.next_power_of_2(n))
+
+
+def draw_seed() -> int:
+    """A Philox seed for the kernels' dropout, from torch's CPU generator (so
+    ``torch.manual_seed`` and activation checkpointing replay it)."""
+    return int(torch.randint(0, 2**31 - 1, ()))
+
+
+def dropout_keep(seed: int, dropout_p: float, batch_heads: int, length: int, device) -> Tensor:
+    """``[batch_heads, T, T]`` bool: the probabilities the kernels keep for
+    ``seed`` (the same Philox numbers), for tests."""
+    out = torch.empty(batch_heads, length, length, dtype=torch.int8, device=device)
+    _dropout_keep[(batch_heads,)](out, seed, dropout_p, length, BLOCK=padded(length))
+    return out.bool()
+
+
+def unavailable() -> Optional[str]:
+    """Why the Triton kernels cannot run here, or None."""
+    return "it needs the triton package (pip install triton)" if triton is None else None
