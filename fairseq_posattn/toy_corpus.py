@@ -1,88 +1,42 @@
 """A small synthetic English -> "German-like" parallel corpus with dependency trees.
 
-The corpus is made by the project itself (no external data) for the quickstart
-and the end-to-end tests.  It is deterministic for a given seed.  It is
-*syntax-sensitive*: the same English string can come from different trees,
-and the target depends on the tree, so a model that sees the gold source trees
-can translate what a model that sees only the words has to guess.
+Made by the project itself (no external data) for the quickstart and the
+end-to-end tests; deterministic for a given seed.  It is *syntax-sensitive*:
+the same English string can come from different trees, and the target depends
+on the tree, so a model that sees the gold source trees can translate what a
+model that sees only the words has to guess.
 
-How a sentence is made
-----------------------
-1. A small probabilistic grammar samples an *unordered* dependency tree: a main
-   clause (subject, verb, optional object, adverbs, prepositional phrase,
-   perfect tense auxiliary), optionally a subordinate clause ("because",
-   "when", ...) placed after or in front of the main clause, noun phrases with
-   determiners, adjectives, a prepositional modifier, "the N of the N" or a
-   relative clause (subject or object relative).  Verbs select their subjects
-   and objects by semantic class (people and animals read, eat, see; food is
-   eaten, ...).
-2. English linearisation rules give the source sentence and its UD-style tree
-   (heads 1-based, 0 = root; the main verb is the root, determiners and
-   adjectives attach to nouns, a preposition attaches to its noun (``case``),
-   the noun to the verb (``obl``) or to a noun (``nmod``), auxiliaries and
-   subordinators attach to their verb, a subordinate clause's verb to the main
-   verb (``advcl``), a relative clause's verb to its noun (``acl:relcl``)).
-   "often"/"always" stand before the verb, "today"/"again"/"there" end their
-   clause, a main clause's ones after a following subordinate clause.  Every
-   tree is projective.
-3. German-like linearisation rules over the *same tree* give the target:
-   a bilingual lexicon, case from the dependency relation (``nsubj`` ->
-   nominative, ``obj`` -> accusative, under a preposition -> dative) and
-   gender from the head noun decide determiners, adjective endings and
-   relative pronouns; word order depends on the tree: the finite verb is in
-   second position in main clauses (so a fronted subordinate clause inverts
-   subject and verb), participles go to the end of their clause, the finite
-   verb goes to the end of subordinate and relative clauses, which are set
-   off by commas, and the middle field is: adverbs, the verb's prepositional
-   phrases (``obl``), the object with its modifiers.  The target is a
-   function of the tree and the lexicon (:func:`target_from_tree`).
+A sentence is made in three steps:
 
-Ambiguity
----------
+1. a small probabilistic grammar samples an *unordered* dependency tree: a
+   main clause (subject, verb, optional object, adverbs, prepositional
+   phrase, perfect-tense auxiliary), optionally a subordinate clause before
+   or after it, noun phrases with determiners, adjectives, a prepositional
+   modifier, "the N of the N" or a relative clause; verbs select their
+   subjects and objects by semantic class;
+2. English linearisation gives the source and its projective UD-style tree
+   (heads 1-based, 0 = root; the main verb is the root);
+3. German-like linearisation of the *same tree* gives the target
+   (:func:`target_from_tree`): a bilingual lexicon, case from the relation
+   and gender from the head noun (determiners, adjective endings, relative
+   pronouns), verb-second main clauses, participles and the finite verb of
+   subordinate and relative clauses at the end, commas around those clauses.
+
 Three constructions have two trees for one English string, chosen by a coin
-flip that does not look at the words (so nothing but the tree tells them
-apart), with different targets (:func:`readings` lists them,
-:func:`ambiguity_kinds` names them):
-
-* ``pp``: a prepositional phrase after an object belongs to the object
-  (``nmod``, stays after it in German) or to the verb (``obl``, goes before the
-  object).  A plain object is followed by one in 60% of clauses.
-* ``rel``: a relative clause after "the N of the N" belongs to either noun;
-  the two nouns differ in gender, so the German relative pronoun differs.
-* ``adv``: a clause-final adverb after a following subordinate clause belongs
-  to the main verb or to the subordinate verb; it goes to that clause's
-  middle field in German.
-
-About half of the sentences contain at least one of them (the quickstart's
-6000/300/300 split with seed 1: 52% of train, 54% of test; pp ~42%, rel
-~12%, adv ~8%).  A model without trees can only guess there: on that test
-split, giving every ambiguous construction the same attachment (or a random
-one) instead of the gold one scores BLEU ~90 against the gold targets.
-
-Examples (source / heads / target; ``readings`` of examples of
-``generate_examples(3000, seed=3)``)::
+flip that does not look at the words, with different targets
+(:func:`readings` lists them, :func:`ambiguity_kinds` names them): ``pp``, a
+prepositional phrase after an object belongs to the object (``nmod``) or to
+the verb (``obl``, before the object in German); ``rel``, a relative clause
+after "the N of the N" belongs to either noun (of different genders, so the
+relative pronoun differs); ``adv``, a clause-final adverb after a following
+subordinate clause belongs to either verb.  For example::
 
     the teacher eats the cake behind the table .
-    2 3 0 5 3 8 8 5 3      (nmod: the cake behind the table)
-    der Lehrer isst den Kuchen hinter dem Tisch .
-    2 3 0 5 3 8 8 3 3      (obl: eats behind the table)
-    der Lehrer isst hinter dem Tisch den Kuchen .
-
-    the dog of the old woman that sings sleeps .
-    2 9 6 6 6 2 8 6 0 9    (the woman sings)
-    der Hund von der alten Frau , die singt , schlaeft .
-    2 9 6 6 6 2 8 2 0 9    (the dog sings)
-    der Hund von der alten Frau , der singt , schlaeft .
-
-    the teacher likes the house because the girl sleeps again .
-    2 3 0 5 3 9 8 9 3 9 3  (sleeps again)
-    der Lehrer mag das Haus , weil das Maedchen wieder schlaeft .
-    2 3 0 5 3 9 8 9 3 3 3  (likes again)
-    der Lehrer mag wieder das Haus , weil das Maedchen schlaeft .
+    2 3 0 5 3 8 8 5 3      der Lehrer isst den Kuchen hinter dem Tisch .
+    2 3 0 5 3 8 8 3 3      der Lehrer isst hinter dem Tisch den Kuchen .
 
 Examples are unique by (source string, tree): the splits of one call are
-disjoint in that sense, and no valid or test source string occurs in train
-with the same tree (it may occur there with its other tree).
+disjoint in that sense (a string may occur in two splits with its two trees).
 """
 
 import argparse

@@ -157,14 +157,28 @@ def test_recurrent_bench_reports_each_rows_per_repeat_range(capsys):
     assert "ratio [per repeat]" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("label, kernel", [("conv1d-triton", "conv1d_triton"),
+                                           ("onlstm-san-persistent", "onlstm_persistent"),
+                                           ("onlstm-san-graph", "onlstm_cuda_graphs")])
+def test_a_candidates_row_puts_its_layers_on_the_candidate(label, kernel):
+    """The rows of the candidates (no flag reaches them) build the model with
+    every layer the candidate computes on it, the others on the flags' kernels."""
+    from fairseq_posattn.models.from_flags import stand_in_dictionary
+
+    settings = bench.get_parser().parse_args(TINY)
+    model = bench.build_model(bench.ROW_BY_LABEL[label], settings, stand_in_dictionary(settings.vocab))
+    kernels = {m.kernel for m in model.encoder.modules() if hasattr(m, "kernel")}
+    assert kernel in kernels and kernels <= {kernel, "auto"}
+
+
 def test_recurrent_bench_takes_the_candidate_kernels_and_refuses_others(capsys):
     parser = recurrent.get_parser()
-    assert parser.parse_args([]).kernels == ["persistent", "graph"]
-    assert parser.parse_args(["--kernels", "graph"]).kernels == ["graph"]
+    assert parser.parse_args([]).kernels == ["onlstm_persistent", "onlstm_cuda_graphs"]
+    assert parser.parse_args(["--kernels", "onlstm_cuda_graphs"]).kernels == ["onlstm_cuda_graphs"]
     assert parser.parse_args(["--kernels", ""]).kernels == []
     with pytest.raises(SystemExit):
-        parser.parse_args(["--kernels", "graph,cudnn"])
-    assert "cudnn: not one of persistent, graph" in capsys.readouterr().err
+        parser.parse_args(["--kernels", "onlstm_cuda_graphs,graph"])
+    assert "graph: not one of onlstm_persistent, onlstm_cuda_graphs" in capsys.readouterr().err
 
 
 def test_checkpoint_bench_times_verifying_and_loading_round_by_round(tmp_path):

@@ -20,10 +20,10 @@ pytest.importorskip("triton")
 
 from test_attention import OPTION_SETS, build, right_padding_mask  # noqa: E402
 from test_relative_flash import (  # noqa: E402
-    PADDINGS, assert_kernel_is_the_explicit_path, assert_takes_the_kernel, flash_and_explicit,
+    PADDINGS, assert_kernel_is_the_explicit_path, assert_takes_the_kernel, dropout_keep, flash_and_explicit,
 )
 
-from fairseq_posattn.kernels.triton_common import draw_seed, dropout_keep  # noqa: E402
+from fairseq_posattn.kernels.triton_common import draw_seed  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 if DEVICE == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":

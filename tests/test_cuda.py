@@ -17,7 +17,7 @@ from test_recurrent import HIDDEN
 from fairseq_posattn.bench import models as bench
 from fairseq_posattn.models.from_flags import stand_in_dictionary
 from fairseq_posattn.modules import PositionAwareSelfAttention
-from fairseq_posattn.modules.onlstm import kernels
+from fairseq_posattn.kernels import dispatch
 from fairseq_posattn.modules.recurrent import ONLSTM
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -67,16 +67,17 @@ def loss_and_grads(model, batch, trees, device, autocast=None):
     return logprobs.detach().cpu().clone(), loss.detach().cpu().clone(), grads
 
 
+# what runs Triton kernels: the flags' value triton, and the candidates (all of them Triton's)
+TRITON = {"triton"} | {candidate.name for candidate in dispatch.CANDIDATES}
+
+
 @contextlib.contextmanager
 def cpu_paths(model):
     """Layers asked for a CUDA-only kernel take the CPU's paths meanwhile: attention
-    layers on the Triton kernels (``--encoder-attention-kernel triton``) the
-    explicit path, ON-LSTM layers on the Triton steps (``--encoder-recurrent-kernel
-    triton``, ``persistent``, ``graph``) ``auto``'s."""
+    layers on Triton kernels the explicit path, ON-LSTM layers on Triton kernels ``auto``'s."""
     switched = [(m, "explicit") for m in model.modules()
-                if isinstance(m, PositionAwareSelfAttention) and m.kernel == "triton"]
-    switched += [(m, "auto") for m in model.modules()
-                 if isinstance(m, ONLSTM) and m.kernel in kernels.TRITON_KERNELS]
+                if isinstance(m, PositionAwareSelfAttention) and m.kernel in TRITON]
+    switched += [(m, "auto") for m in model.modules() if isinstance(m, ONLSTM) and m.kernel in TRITON]
     kernels = [m.kernel for m, _ in switched]
     for m, kernel in switched:
         m.kernel = kernel
@@ -195,25 +196,3 @@ def test_first_half_precision_loss_is_the_float32_loss(toy_struct_bin, tmp_path,
         loss, sample_size, _ = load_record(record)["steps"][0]
         losses[name] = loss / sample_size
     assert losses[half] == pytest.approx(losses["fp32"], rel=rel)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("kernel", ["persistent", "graph"])
-def test_fairseq_trains_the_hybrid_on_the_one_launch_kernels_as_on_the_per_step_ones(toy_struct_bin, tmp_path,
-                                                                                      kernel):
-    """fairseq-train --fp16, four updates without dropout: every update's loss
-    on ``kernel`` is the per-step kernels' to half's rounding; fairseq-generate
-    decodes on it (the graphs of inference)."""
-    losses = {}
-    for name in ("triton", kernel):
-        record = tmp_path / f"{name}.pt"
-        run(recorded_train_command(record, *train_args(
-            toy_struct_bin, "onlstm_san_transformer", tmp_path / name, "--max-update", "4", "--dropout", "0",
-            "--fp16", "--encoder-recurrent-kernel", name)))
-        losses[name] = [loss / sample_size for loss, sample_size, _ in load_record(record)["steps"]]
-    assert len(losses[kernel]) >= 4  # more where fp16's loss scale overflowed
-    assert losses[kernel] == pytest.approx(losses["triton"], rel=1e-2)
-    out = run_cli("fairseq-generate", toy_struct_bin, "--user-dir", USER_DIR, "--task", "translation_struct",
-                  "--path", tmp_path / kernel / "checkpoint_last.pt", "--gen-subset", "test", "--beam", "2", "--fp16",
-                  "--num-workers", "0")
-    assert sum(line.startswith("H-") for line in out.stdout.splitlines()) == 10

@@ -36,7 +36,7 @@ def test_a_cell_built_elsewhere_or_none_is_named_and_the_reference_runs(monkeypa
     reference; an explicit ``cpu`` is refused at build."""
     (tmp_path / "torch-2.13.0-avx512-0123456789ab").mkdir()
     monkeypatch.setenv("FAIRSEQ_POSATTN_CELL_DIR", str(tmp_path))
-    monkeypatch.setattr(onlstm_cpp, "_loaded", {})
+    monkeypatch.setattr(onlstm_cpp, "_loaded", {})  # the cell loads once per process: no other way to reload it
     monkeypatch.setattr(onlstm_cpp, "cpu_isa", lambda: "avx2")
     import torch.utils.cpp_extension as cpp_extension
 

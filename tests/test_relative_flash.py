@@ -22,17 +22,35 @@ from torch import nn
 
 pytest.importorskip("triton")
 
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 from test_attention import (  # noqa: E402
     EMBED, HEADS, OPTION_SETS, build, chosen, reference_attention, right_padding_mask,
 )
 
 from fairseq_posattn.kernels import candidates, dispatch, triton_common  # noqa: E402
-from fairseq_posattn.kernels.triton_common import draw_seed, dropout_keep  # noqa: E402
+from fairseq_posattn.kernels.triton_common import draw_seed, kept, padded  # noqa: E402
 from fairseq_posattn.modules import AttentionContext, PositionAwareSelfAttention  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 if DEVICE == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
     pytest.skip("no GPU and Triton's interpreter is off (TRITON_INTERPRET=1)", allow_module_level=True)
+
+@triton.jit(do_not_specialize=["seed"])
+def _dropout_keep(OUT, seed, dropout_p, T, BLOCK: tl.constexpr):
+    bh = tl.program_id(0)
+    rows = tl.arange(0, BLOCK)
+    keep = kept(seed, bh, rows, rows, T, dropout_p)
+    mask = (rows[:, None] < T) & (rows[None, :] < T)
+    tl.store(OUT + bh * T * T + rows[:, None] * T + rows[None, :], keep.to(tl.int8), mask=mask)
+
+
+def dropout_keep(seed, dropout_p, batch_heads, length, device):
+    """``[batch_heads, T, T]`` bool: the probabilities the kernels keep for ``seed`` (their Philox numbers)."""
+    out = torch.empty(batch_heads, length, length, dtype=torch.int8, device=device)
+    _dropout_keep[(batch_heads,)](out, seed, dropout_p, length, BLOCK=padded(length))
+    return out.bool()
+
 
 # the position sets of a layer: PositionAttentionConfig options
 SETS = {

@@ -48,7 +48,7 @@ from fairseq_posattn.kernels import candidates, dispatch, onednn
 from fairseq_posattn.modules.recurrent import RecurrentLayer
 
 # the recurrence's candidates, which --kernels times on CUDA besides the kernel auto takes
-CANDIDATES = [k.name for k in candidates.CANDIDATES if k.layer == dispatch.RECURRENCE]
+CANDIDATES = [k.name for k in dispatch.CANDIDATES if k.layer == dispatch.RECURRENCE]
 
 
 def candidate_kernels(text: str) -> List[str]:

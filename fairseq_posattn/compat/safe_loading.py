@@ -7,61 +7,22 @@ call ``torch.load`` without ``weights_only``, so ``fairseq-generate``,
 ``fairseq-interactive``, resuming ``fairseq-train`` and
 ``checkpoint_utils.load_model_ensemble`` fail on their own checkpoints.
 
-:func:`install` (called when the plugin is imported)
-allow-lists exactly the globals found in checkpoints written by
-``fairseq-train`` of fairseq-fixed 0.12.3.1 (checked with
-``torch.serialization.get_unsafe_globals_in_checkpoint`` on ``checkpointN.pt``,
-``checkpoint_best.pt``, ``checkpoint_last.pt``, ``checkpoint_E_U.pt`` and
-``checkpoint.best_*.pt`` files with optimizer state and ``extra_state``, for
-the transformer, transformer_iwslt_de_en, lstm and fconv archs, adam/nag/adafactor optimizers,
-inverse_sqrt/reduce_lr_on_plateau/polynomial_decay schedulers, label-smoothed
-and plain cross-entropy, EMA, ``--eval-bleu``, averaged checkpoints and
-2-process gloo training):
-
-``argparse.Namespace``
-    Always needed.  ``cfg["model"]`` is the argparse namespace of the model
-    arguments for every architecture registered the legacy way
-    (``register_model_architecture`` + ``add_args``, e.g. ``transformer``,
-    ``lstm``, ``fconv``), and ``args`` of checkpoints written by fairseq < 0.10
-    is one too.  A ``Namespace`` only carries attributes; unpickling it sets
-    its ``__dict__`` and calls nothing else.
-
-``numpy.ndarray``, ``numpy._core.multiarray._reconstruct`` (numpy >= 2; also
-accepted under its numpy 1.x name ``numpy.core.multiarray._reconstruct``),
-``numpy.dtype`` and the ``int64`` dtype class (``numpy.dtypes.Int64DType``)
-    Needed when training ran with ``--eval-bleu``: the translation task logs
-    the BLEU n-gram counts and totals as ``np.array`` of int64, and the meters
-    are saved in ``extra_state["metrics"]``.  These globals rebuild plain
-    numeric arrays; an array of Python objects needs the object dtype class,
-    which is not allowed, so it still fails.
-
-Distributed training (more than one process, e.g. gloo on CPU) resuming from
-a checkpoint: rank 0 reads the file (with the globals above), turns ``cfg``
-into an omegaconf ``DictConfig`` and sends the state to the other ranks with
-``fairseq.distributed.utils.broadcast_object``, which replaces the tensors by
-``_TensorPlaceholder`` dataclasses, ``torch.save``s the rest and ``torch.load``s
-it on the receiving ranks.  That in-job message (not a file) needs more
-globals; they are allowed only *while* fairseq's ``_broadcast_object_slow``
-runs (it is wrapped in a ``torch.serialization.safe_globals`` context), never
-for files: ``fairseq.distributed.utils._TensorPlaceholder``,
-``omegaconf.dictconfig.DictConfig``, ``omegaconf.listconfig.ListConfig``,
-``omegaconf.base.ContainerMetadata``, ``omegaconf.base.Metadata``,
-``omegaconf.nodes.AnyNode``, ``typing.Any``, ``collections.defaultdict``,
-``builtins.dict``, ``builtins.list``, ``builtins.int`` (the last four are the
-types omegaconf records as key/element/object types).  Alternatively,
-``--load-checkpoint-on-all-dp-ranks`` makes every rank read the file itself.
-
-Nothing else is allowed: an object of any other class in a checkpoint still
-makes ``torch.load`` raise ``pickle.UnpicklingError`` ("Weights only load
-failed").  ``weights_only`` is never turned off and ``torch.load`` is not
-patched.  On torch < 2.4 (no ``add_safe_globals``, and ``weights_only``
-defaults to False) the function does nothing.
+:func:`install` (called when the plugin is imported) allow-lists exactly the
+globals found in the checkpoints that ``fairseq-train`` of fairseq-fixed
+0.12.3.1 writes (:func:`fairseq_checkpoint_globals`), and, only while
+fairseq's ``_broadcast_object_slow`` sends a resumed state to the other ranks
+of a distributed job, the few more that message needs
+(:func:`broadcast_globals`).  Nothing else is allowed: an object of any other
+class in a checkpoint still makes ``torch.load`` raise
+``pickle.UnpicklingError`` ("Weights only load failed").  ``weights_only`` is
+never turned off and ``torch.load`` is not patched.  On torch < 2.4 (no
+``add_safe_globals``, and ``weights_only`` defaults to False) it does nothing.
 
 Checkpoints averaged by fairseq's ``scripts/average_checkpoints.py`` copy the
-first input checkpoint and replace its ``model`` entry by an ``OrderedDict``
-of tensors, so they need the same globals as their inputs.  The script itself
-calls ``torch.load`` too: run it in a Python where this plugin is imported
-(e.g. ``python -c "import fairseq_posattn, runpy, sys; sys.argv = [...];
+first input and replace its ``model`` entry by an ``OrderedDict`` of tensors,
+so they need the same globals as their inputs.  The script calls
+``torch.load`` itself: run it in a Python where this plugin is imported (e.g.
+``python -c "import fairseq_posattn, runpy, sys; sys.argv = [...];
 runpy.run_path('average_checkpoints.py', run_name='__main__')"``).
 """
 
@@ -85,7 +46,26 @@ def fairseq_checkpoint_globals() -> List[Tuple[object, str]]:
     """The allow-listed globals as ``(object, "module.qualname")`` pairs.
 
     The name is the one a pickle refers to; one object may appear under two
-    names (numpy moved ``numpy.core`` to ``numpy._core`` in 2.0).
+    names (numpy moved ``numpy.core`` to ``numpy._core`` in 2.0).  They were
+    found with ``torch.serialization.get_unsafe_globals_in_checkpoint`` in
+    ``checkpointN.pt``, ``checkpoint_best.pt``, ``checkpoint_last.pt``,
+    ``checkpoint_E_U.pt`` and ``checkpoint.best_*.pt`` files with optimizer
+    state and ``extra_state``, for the transformer, transformer_iwslt_de_en,
+    lstm and fconv archs, adam/nag/adafactor optimizers,
+    inverse_sqrt/reduce_lr_on_plateau/polynomial_decay schedulers,
+    label-smoothed and plain cross-entropy, EMA, ``--eval-bleu``, averaged
+    checkpoints and 2-process gloo training:
+
+    * ``argparse.Namespace``, always: ``cfg["model"]`` is the namespace of
+      the model arguments for every architecture registered the legacy way
+      (``register_model_architecture`` + ``add_args``), and ``args`` of
+      checkpoints written by fairseq < 0.10 is one too.  Unpickling it sets
+      its ``__dict__`` and calls nothing else.
+    * ``numpy.ndarray``, numpy's ``_reconstruct``, ``numpy.dtype`` and the
+      int64 dtype class: with ``--eval-bleu`` the translation task logs the
+      BLEU n-gram counts as int64 arrays, which ``extra_state["metrics"]``
+      saves.  They rebuild plain numeric arrays; an array of Python objects
+      needs the object dtype class, which is not allowed.
     """
     out: List[Tuple[object, str]] = [(argparse.Namespace, "argparse.Namespace")]
     try:
@@ -109,7 +89,18 @@ def fairseq_checkpoint_globals() -> List[Tuple[object, str]]:
 
 
 def broadcast_globals() -> List[Tuple[object, str]]:
-    """Globals allowed only inside fairseq's ``_broadcast_object_slow``."""
+    """Globals allowed only inside fairseq's ``_broadcast_object_slow``.
+
+    A distributed job (more than one process) resuming from a checkpoint:
+    rank 0 reads the file, turns ``cfg`` into an omegaconf ``DictConfig`` and
+    sends the state to the other ranks with
+    ``fairseq.distributed.utils.broadcast_object``, which replaces the
+    tensors by ``_TensorPlaceholder`` dataclasses, ``torch.save``s the rest
+    and ``torch.load``s it on the receiving ranks.  That in-job message (not
+    a file) needs these, never allowed for files (``dict``, ``list``, ``int``
+    and ``defaultdict`` are the types omegaconf records as key, element and
+    object types).  ``--load-checkpoint-on-all-dp-ranks`` makes every rank
+    read the file itself instead."""
     import collections
     import typing
 

@@ -1,5 +1,5 @@
-"""``python -m fairseq_posattn.kernels``: the manual's tables of the kernels (attention, recurrence, candidates)."""
+"""``python -m fairseq_posattn.kernels``: the manual's tables of kernels (attention, recurrence, candidates)."""
 
-from .dispatch import tables
+from .dispatch import ATTENTION, RECURRENCE, markdown_table
 
-print("\n\n".join(tables().values()))
+print("\n\n".join(markdown_table(layer) for layer in (ATTENTION, RECURRENCE, None)))

@@ -17,8 +17,7 @@ import torch
 from torch import Tensor
 from torch.utils.weak import WeakIdKeyDictionary
 
-__all__ = ["MATMUL_OPS", "ONEDNN_TESTED_TORCH", "applies", "direction_matmuls", "forget_layouts", "kept_layouts",
-           "layouts", "step_layouts"]
+__all__ = ["MATMUL_OPS", "ONEDNN_TESTED_TORCH", "applies", "direction_matmuls", "forget_layouts", "layouts"]
 
 logger = logging.getLogger(__name__)
 
@@ -28,41 +27,27 @@ ONEDNN_TESTED_TORCH = ((2, 11), (2, 13))
 MATMUL_OPS = ("mkldnn::_linear_pointwise",)
 
 
-def step_layouts(w: Tensor, batch_sizes: List[int]) -> List[Tensor]:
-    """:func:`layouts` of the recurrent weight ``w [D, K, M]`` for the
-    per-step products ``h @ w[d]`` (none when no step reads ``h_{t-1}``).
-
-    Laid out once per call (a copy of the weight), then every step's
-    ``[n, K] @ [K, M]`` reads it as one blocked GEMM."""
-    if len(batch_sizes) < 2:
+def layouts(w: Tensor, rows: int, keep: bool = False) -> List[Tensor]:
+    """Each ``w[d]`` (``w [D, K, M]``) in oneDNN's layout for ``[rows, K] @ w[d]``,
+    none where :func:`applies` says no.  With ``keep`` (inference) they are kept
+    while ``w`` holds the values laid out (compared each call, which also sees
+    writes through ``w.data``), until ``w`` is freed or :func:`forget_layouts`."""
+    if not applies(w):
         return []
-    return layouts(w, batch_sizes[0])
-
-
-def layouts(w: Tensor, rows: int) -> List[Tensor]:
-    """Each direction's ``w[d]`` (``w [D, K, M]``) in oneDNN's packed layout for ``[rows, K] @ w[d]``."""
-    return [torch.ops.mkldnn._reorder_linear_weight(w[d].t().contiguous(), rows) for d in range(w.size(0))]
+    if not keep:
+        return [torch.ops.mkldnn._reorder_linear_weight(w[d].t().contiguous(), rows) for d in range(w.size(0))]
+    kept = _KEPT.get(w)
+    if kept is None or not torch.equal(kept[0], w):
+        kept = _KEPT[w] = (w.detach().clone(), layouts(w, rows))
+    return kept[1]
 
 
 _KEPT = WeakIdKeyDictionary()  # weight -> (a copy of the values laid out, their oneDNN layouts)
 
 
-def kept_layouts(w: Tensor, rows: int) -> List[Tensor]:
-    """:func:`layouts` of ``w``, kept with ``w`` for as long as it holds
-    the same values: inference reads the same weights call after call.  Each call
-    compares ``w`` with a copy of the values laid out, which also sees writes through ``w.data`` that autograd's version
-    counter does not.  Memory: a copy and a layout of ``w`` until ``w`` is
-    freed or :func:`forget_layouts` drops them."""
-    kept = _KEPT.get(w)
-    if kept is None or not torch.equal(kept[0], w):
-        kept = (w.detach().clone(), layouts(w, rows))
-        _KEPT[w] = kept
-    return kept[1]
-
-
 def forget_layouts(*weights: Tensor) -> None:
-    """Drop the layouts :func:`kept_layouts` keeps for ``weights`` (training
-    changes them every update: keeping them would only hold memory)."""
+    """Drop the layouts kept for ``weights`` (training changes them every
+    update: keeping them would only hold memory)."""
     for w in weights:
         _KEPT.pop(w, None)
 

@@ -1,14 +1,10 @@
-"""The ON-LSTM recurrence on the CPU in C++ (float32): the loop over the time
-steps of :func:`..modules.onlstm_reference.onlstm_cell` in ``csrc/onlstm_cell.cpp``, forward
-and a hand-written backward, each step one recurrent matmul per direction
-and one pass over the step's rows for the gate arithmetic.
-
-The cell is compiled ahead of time, never during training:
-``fairseq-posattn-build-cell`` (run by ``scripts/setup_env.sh``) builds it
-for this torch, this source and this CPU's instruction set into
-:func:`build_dir`; :func:`available` only loads a build that matches all
-three, and otherwise names what is missing (the layers then run the
-reference).
+"""The ON-LSTM recurrence on the CPU in C++ (float32): the time steps of
+:func:`..modules.onlstm_reference.onlstm_cell` in ``csrc/onlstm_cell.cpp``,
+forward and a hand-written backward, each step one recurrent matmul per
+direction and one pass over its rows.  ``fairseq-posattn-build-cell`` (run by
+``scripts/setup_env.sh``) compiles it ahead of time for this torch, source
+and CPU instruction set (:func:`build_dir`); :func:`available` only loads
+such a build and otherwise names what is missing.
 """
 
 import argparse
@@ -99,15 +95,10 @@ def onlstm_forward(
     ``[D, N + 1, hidden]`` (row N zero), and with ``save`` the activated gates
     (one ``[N, G]`` per direction, written over their pre-activations) and the
     cell states ``[D, N, hidden]`` for :func:`onlstm_backward`."""
-    use_onednn = onednn.applies(w_hh)
     if save:  # training: the weights change every update, lay them out anew
         onednn.forget_layouts(w_ih, w_hh)
-        layouts_ih = onednn.layouts(w_ih, xs.size(1)) if use_onednn else []
-        layouts_hh = onednn.step_layouts(w_hh, batch_sizes) if use_onednn else []
-    else:  # inference: the same weights call after call
-        layouts_ih = onednn.kept_layouts(w_ih, xs.size(1)) if use_onednn else []
-        layouts_hh = (onednn.kept_layouts(w_hh, batch_sizes[0])
-                      if use_onednn and len(batch_sizes) > 1 else [])
+    layouts_ih = onednn.layouts(w_ih, xs.size(1), keep=not save)
+    layouts_hh = onednn.layouts(w_hh, batch_sizes[0], keep=not save) if len(batch_sizes) > 1 else []
     xg = onednn.direction_matmuls(xs, w_ih, layouts_ih)  # the cell adds the bias
     acts = xg if save else []  # the gates overwrite their own pre-activations
     cells, out = state_buffers(xs, batch_sizes, hidden, save)
@@ -126,7 +117,7 @@ def onlstm_backward(
     if len(batch_sizes) == 0:
         return acts, torch.zeros_like(w_hh)
     w_t = w_hh.transpose(1, 2)  # [D, G, hidden]
-    layouts = onednn.step_layouts(w_t, batch_sizes) if onednn.applies(w_hh) else []
+    layouts = onednn.layouts(w_t, batch_sizes[0]) if len(batch_sizes) > 1 else []
     dc = torch.zeros(len(acts), batch_sizes[0], hidden)
     _loaded["ops"].backward(grad_hs, w_t, layouts, acts, cells, batch_sizes, dc, chunk_size)
     for a in acts:  # the cell wrote over the saved gates: a second backward must be refused

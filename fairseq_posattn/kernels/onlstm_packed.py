@@ -39,13 +39,9 @@ def packed_layout(lengths: Tensor, reverse: Optional[Tensor], seq_len: int,
 
 
 class PackedRecurrence(NamedTuple):
-    """A fast path: ``forward(xs, w_ih, bias, w_hh, batch_sizes, hidden,
-    chunk_size, save)`` over packed inputs ``xs [D, N, C]`` gives the hidden
-    states ``[D, N + 1, hidden]`` (row N zero), the activated gates and the
-    cell states (and any further values, which reach ``backward`` after its
-    arguments); ``backward(grad_hs, w_hh, hs, acts, cells, batch_sizes,
-    hidden, chunk_size)`` the gate gradients (one ``[N, G]`` per direction)
-    and ``w_hh``'s; ``layout`` is :func:`packed_layout`'s signature."""
+    """A fast path: ``forward`` and ``backward`` as :mod:`.onlstm_cpp`'s (a
+    forward's further results reach its backward after its arguments) on the
+    rows of ``layout`` (:func:`packed_layout`'s signature)."""
 
     forward: Callable
     backward: Callable
@@ -53,10 +49,9 @@ class PackedRecurrence(NamedTuple):
 
 
 def gate_buffers(xs: Tensor, w_ih: Tensor, bias: Tensor, save: bool, empty=torch.empty) -> Tuple[Tensor, Tensor]:
-    """The input projections ``xg [D, N, G]`` of all steps and directions (one
-    ``baddbmm`` with the bias) and the buffer of the activated gates (``xg``
-    itself when the dtypes agree; empty without ``save``), in buffers taken
-    from ``empty`` (``torch.empty``'s signature)."""
+    """The input projections ``xg [D, N, G]`` (one ``baddbmm`` with the bias) and
+    the activated gates' buffer (``xg`` where the dtypes agree; empty without
+    ``save``), from ``empty`` (``torch.empty``'s signature)."""
     num_dir, num_rows, _ = xs.shape
     num_gates = w_ih.size(2)
     acc = torch.promote_types(xs.dtype, torch.float32)
@@ -72,10 +67,8 @@ def gate_buffers(xs: Tensor, w_ih: Tensor, bias: Tensor, save: bool, empty=torch
 
 def state_buffers(xs: Tensor, batch_sizes: List[int], hidden: int, save: bool,
                   empty=torch.empty) -> Tuple[Tensor, Tensor]:
-    """The forward's cell states (every step's, or one step's without
-    ``save``; float32 or wider) and hidden states ``[D, N + 1, hidden]``
-    (``xs``'s dtype), row ``N`` zero, for packed inputs ``xs [D, N, C]``,
-    taken from ``empty`` (``torch.empty``'s signature)."""
+    """The cell states (every step's, or one step's without ``save``; float32
+    or wider) and hidden states ``[D, N + 1, hidden]``, row ``N`` zero, from ``empty``."""
     num_dir, num_rows, _ = xs.shape
     acc = torch.promote_types(xs.dtype, torch.float32)
     max_batch = batch_sizes[0] if len(batch_sizes) > 0 else 0

@@ -1,21 +1,12 @@
 """The ON-LSTM recurrence on CUDA, one time step at a time: per step one
-matmul (cuBLAS) and one fused Triton kernel for the gate arithmetic of
-:func:`..modules.onlstm_reference.onlstm_cell` (Hao et al. 2019, Eq. 3-9,
-cumax included) and the cell update, forward (:func:`onlstm_forward`) and a
-hand-written backward (:func:`onlstm_backward`); one program handles one row
-(one sentence, one direction).
-
-The row arithmetic (:func:`row_forward`, :func:`row_backward`) keeps each
-gate's ``hidden`` units as a ``[n_chunk, chunk_size]`` tile, so a master
-unit covers its chunk by broadcasting.  The gate arithmetic and the cell
-state are float32; the pre-activations are summed in float32 from the input
-projection and the recurrent matmul.  The candidates of
-:mod:`.candidates.onlstm_persistent` and :mod:`.candidates.onlstm_cuda_graphs`
-reuse the row arithmetic and the step loops (:func:`forward_steps`,
+matmul (cuBLAS) and one fused Triton kernel for the gates of
+:func:`..modules.onlstm_reference.onlstm_cell` (Hao et al. 2019, Eq. 3-9)
+and the cell update, forward and a hand-written backward; one program per
+row (one sentence, one direction).  The row arithmetic (:func:`row_forward`,
+:func:`row_backward`, float32) keeps each gate's units as a ``[n_chunk,
+chunk_size]`` tile, so a master unit covers its chunk by broadcasting.  The
+candidates reuse it and the step loops (:func:`forward_steps`,
 :func:`backward_steps`).
-
-Triton is optional (:mod:`.triton_common`).  The tests run these kernels on
-the CPU through Triton's interpreter (``TRITON_INTERPRET=1``).
 """
 
 from typing import List, Tuple

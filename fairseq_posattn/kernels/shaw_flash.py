@@ -12,23 +12,15 @@ float32's most negative value, as on the explicit path) and ``p~`` the
 probabilities after dropout.
 
 The forward walks the keys block by block with an online softmax (Dao et
-al. 2022): the key term is ``q_i . A^K_s^T`` per table row, gathered by the
-buckets; beside the output accumulator each query row keeps its dropped
-probability mass per bucket of each set (``[BLOCK_M, 2k+1]``), rescaled with
-the accumulator, and adds its product with the value table at the end.
-Nothing of size ``[B, H, T, T]`` is kept: the backward recomputes the
-probabilities from each row's maximum and normaliser and regenerates the
-dropout mask from its Philox seed.  One backward kernel runs over query
-blocks (``dq``, and per bucket the score gradient for ``dA^K`` and the
-probability mass for ``dA^V``), one over key blocks (``dk``, ``dv``); the
-value side reaches the scores as ``dO . A^V_s^T`` gathered like the key side.
-Each query-block program writes its table gradients to its own slot and the
-slots are summed afterwards (no atomics: the sums are reproducible).
-
-Logits, softmax and the bucket masses are float32 in every input precision;
-float32 matmuls follow ``torch.backends.cuda.matmul.allow_tf32`` as PyTorch's
-do.  Triton is optional (:mod:`.triton_common`); on the CPU the kernels
-run under Triton's interpreter (``TRITON_INTERPRET=1``).
+al. 2022), the key term ``q_i . A^K_s^T`` per table row gathered by the
+buckets; each query row keeps its dropped probability mass per bucket
+(``[BLOCK_M, 2k+1]``) for the value tables.  Nothing ``[B, H, T, T]`` is
+kept: the backward recomputes the probabilities from each row's maximum and
+normaliser and the dropout mask from its Philox seed, one kernel over query
+blocks (``dq``, the tables' gradients in a slot per program, summed after:
+no atomics), one over key blocks (``dk``, ``dv``).  Logits, softmax and
+bucket masses are float32 in every precision; float32 matmuls follow
+``torch.backends.cuda.matmul.allow_tf32``.
 """
 
 from typing import List, Optional, Sequence, Tuple

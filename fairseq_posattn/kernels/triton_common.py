@@ -11,7 +11,6 @@ import os
 from typing import Optional
 
 import torch
-from torch import Tensor
 
 try:
     import triton
@@ -19,7 +18,7 @@ try:
 except ImportError:  # pragma: no cover - exercised where triton is absent
     triton = None
 
-__all__ = ["DTYPES", "MIN_DOT", "dropout_keep", "draw_seed", "interpreted", "padded", "triton", "unavailable"]
+__all__ = ["DTYPES", "MIN_DOT", "draw_seed", "interpreted", "padded", "triton", "unavailable"]
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # what the kernels compute in
 MIN_DOT = 16  # tl.dot wants every side of a tile at least this long
@@ -39,15 +38,6 @@ if triton is not None:
         offsets = (bh * T + rows[:, None]).to(tl.int64) * T + cols[None, :]
         return tl.rand(seed, offsets) >= dropout_p
 
-    @triton.jit(do_not_specialize=["seed"])
-    def _dropout_keep(OUT, seed, dropout_p, T, BLOCK: tl.constexpr):
-        """The kernels' dropout mask of one sentence and head, ``[T, T]``."""
-        bh = tl.program_id(0)
-        rows = tl.arange(0, BLOCK)
-        keep = kept(seed, bh, rows, rows, T, dropout_p)
-        mask = (rows[:, None] < T) & (rows[None, :] < T)
-        tl.store(OUT + bh * T * T + rows[:, None] * T + rows[None, :], keep.to(tl.int8), mask=mask)
-
 
 def padded(n: int) -> int:
     """``n`` rounded up to a power of two, at least :data:`MIN_DOT`."""
@@ -58,14 +48,6 @@ def draw_seed() -> int:
     """A Philox seed for the kernels' dropout, from torch's CPU generator (so
     ``torch.manual_seed`` and activation checkpointing replay it)."""
     return int(torch.randint(0, 2**31 - 1, ()))
-
-
-def dropout_keep(seed: int, dropout_p: float, batch_heads: int, length: int, device) -> Tensor:
-    """``[batch_heads, T, T]`` bool: the probabilities the kernels keep for
-    ``seed`` (the same Philox numbers), for tests."""
-    out = torch.empty(batch_heads, length, length, dtype=torch.int8, device=device)
-    _dropout_keep[(batch_heads,)](out, seed, dropout_p, length, BLOCK=padded(length))
-    return out.bool()
 
 
 def unavailable() -> Optional[str]:

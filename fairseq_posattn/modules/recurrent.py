@@ -53,8 +53,7 @@ class _FastONLSTM(torch.autograd.Function):
         grad_xs = grad_w_ih = grad_bias = None
         if ctx.needs_input_grad[0]:
             w_t = w_ih.transpose(1, 2)
-            layouts = onednn.layouts(w_t, xs.size(1)) if onednn.applies(w_ih) else []
-            grad_xs = torch.stack(onednn.direction_matmuls(grad_xg, w_t, layouts))
+            grad_xs = torch.stack(onednn.direction_matmuls(grad_xg, w_t, onednn.layouts(w_t, xs.size(1))))
         if ctx.needs_input_grad[1]:
             grad_w_ih = direction_weight_grads(xs, grad_xg, w_ih)
         if ctx.needs_input_grad[2]:
@@ -66,7 +65,7 @@ class ONLSTM(nn.Module):
     """(Bi)directional single-layer ON-LSTM over right-padded ``[T, B, C]`` input.
 
     Parameters (``D`` directions, ``G = 4*hidden + 2*hidden/chunk_size`` gate
-    units each, laid out as :mod:`.onlstm.reference` says): ``weight_ih [D, C, G]``,
+    units each, laid out as :mod:`.onlstm_reference` says): ``weight_ih [D, C, G]``,
     ``weight_hh [D, hidden, G]`` (input-major: ``gates = x @ weight_ih[d] +
     h @ weight_hh[d] + bias_ih[d] + bias_hh[d]``), ``bias_ih [D, G]``,
     ``bias_hh [D, G]``, all uniform(-1/sqrt(hidden), 1/sqrt(hidden)) as in

@@ -5,17 +5,15 @@ convolution along the queries whose channels are the ``T`` keys, a
 ``[3T, T]`` filter and a ``[T]`` bias per head
 (:class:`...modules.convolved_attention.ConvolvedAttention1d`), so each tile
 of queries is a matmul of its three shifted rows of probabilities with the
-filter (``tl.dot``, IEEE float32 as the explicit path's matmuls).  Around it
-the 2d kernels' softmax and epilogues (:mod:`..convolved_2d`); forward one
-kernel after the softmax, backward one for the convolution output's gradient
-and one for the transposed convolution and the softmax's backward, the
-filter's and bias's gradients as sums over the batch in PyTorch.
+filter (``tl.dot``, IEEE float32 as the explicit path's matmuls), in the 2d
+convolution's kernels (:mod:`..convolved_2d`); the filter's and bias's
+gradients are sums over the batch in PyTorch.
 """
 
 import torch
 from torch import Tensor
 
-from ..convolved_2d import ConvolvedKernels, convolved_attention
+from ..convolved_2d import Convolution, convolved_attention
 from ..triton_common import MIN_DOT, triton
 
 __all__ = ["convolved_attention_1d"]
@@ -23,7 +21,7 @@ __all__ = ["convolved_attention_1d"]
 if triton is not None:
     import triton.language as tl
 
-    from ..convolved_2d import output_gradient, shifted, store_logit_gradient, store_output
+    from ..convolved_2d import shifted
 
     @triton.jit
     def _convolved_1d(P, W, bh, h, rows, cols, T, BLOCK_K: tl.constexpr, FLIP: tl.constexpr):
@@ -53,39 +51,8 @@ if triton is not None:
         return _convolved_1d(P, W, bh, h, rows, cols, T, BLOCK_K, False) + bias[None, :]
 
     @triton.jit
-    def _conv1d_forward(P, PADS, W, BIAS, OUT, seed, dropout_p, T, H, HAS_PADS: tl.constexpr,
-                        DROPOUT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-        """``OUT = dropout(ReLU(conv(P) + bias))``, padded key columns zero."""
-        bh = tl.program_id(1)
-        b, h = bh // H, bh % H
-        rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-        cols = tl.arange(0, BLOCK_N)
-        z = _pre_activation_1d(P, W, BIAS, bh, h, rows, cols, T, BLOCK_K)
-        store_output(z, OUT, PADS, seed, dropout_p, b, bh, rows, cols, T, HAS_PADS, DROPOUT)
-
-    @triton.jit
-    def _conv1d_backward_out(P, PADS, W, BIAS, G_OUT, G_Z, SLOTS, seed, dropout_p, T, H, HAS_PADS: tl.constexpr,
-                             DROPOUT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                             BLOCK_K: tl.constexpr):
-        """``G_Z``: the gradient of the convolution's output (before the ReLU)."""
-        bh = tl.program_id(1)
-        b, h = bh // H, bh % H
-        rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-        cols = tl.arange(0, BLOCK_N)
-        z = _pre_activation_1d(P, W, BIAS, bh, h, rows, cols, T, BLOCK_K)
-        output_gradient(z, G_OUT, G_Z, PADS, seed, dropout_p, b, bh, rows, cols, T, HAS_PADS, DROPOUT)
-
-    @triton.jit
-    def _softmax1d_backward(P, PADS, W, G_Z, G_L, T, H, HAS_PADS: tl.constexpr, BLOCK_M: tl.constexpr,
-                            BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-        """``G_L``: the logits' gradient, the transposed convolution of ``G_Z``
-        through the zero padding and the softmax."""
-        bh = tl.program_id(1)
-        b, h = bh // H, bh % H
-        rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-        cols = tl.arange(0, BLOCK_N)
-        dp = _convolved_1d(G_Z, W, bh, h, rows, cols, T, BLOCK_K, True)
-        store_logit_gradient(dp, P, G_L, PADS, b, bh, rows, cols, T, HAS_PADS)
+    def _transposed_1d(G, W, bh, h, rows, cols, T, BLOCK_K: tl.constexpr):
+        return _convolved_1d(G, W, bh, h, rows, cols, T, BLOCK_K, True)
 
 
 def _tiles_1d(length: int) -> dict:
@@ -103,13 +70,10 @@ def _filter_grads_1d(probs: Tensor, grad_z: Tensor, slots: Tensor, heads: int):
     return grad_weight, grad_z.sum((0, 2))
 
 
-KERNELS_1D = ConvolvedKernels(_conv1d_forward, _conv1d_backward_out, _softmax1d_backward, _tiles_1d, 0,
-                              _filter_grads_1d) if triton is not None else None
-
-
 def convolved_attention_1d(logits: Tensor, key_padding_mask, weight: Tensor, bias: Tensor, dropout_p: float,
                            seed: int, out_dtype: torch.dtype) -> Tensor:
     """:func:`..convolved_2d.convolved_attention` with the per-head filters
     ``[H, 3, T, T]`` (offset -1, 0, +1 along the queries; key in; key out)
     and biases ``[H, T]`` for this length (:meth:`.ConvolvedAttention1d.filters`)."""
-    return convolved_attention(KERNELS_1D, logits, key_padding_mask, weight, bias, dropout_p, seed, out_dtype)
+    conv = Convolution(_pre_activation_1d, _transposed_1d, _tiles_1d, False, _filter_grads_1d)
+    return convolved_attention(conv, logits, key_padding_mask, weight, bias, dropout_p, seed, out_dtype)

@@ -4,21 +4,15 @@ shape comes and replayed after as one launch each way, so the host no
 longer launches a matmul and a kernel per step.
 
 A graph replays fixed addresses, so what it reads and writes lives in a
-*slot*: flat buffers that every call of a shape carves the same way, held
-by one layer from its forward until autograd frees that forward's context
-(which keeps the :class:`Lease`) or the backward releases it, so the
-backward finds the gates and states where the forward left them (a second
-backward through them is refused).  Layers in flight together take
-different slots (at most :data:`MAX_SLOTS` per device; beyond, the loop
-runs without graphs).  A slot runs a new shape eagerly, then records it
-(at most :data:`MAX_GRAPHS`, the least recently used dropped first); a
-buffer that must grow for a larger batch drops the graphs that read it.
-The graphs allocate only temporaries, from the slot's memory pool.
-
-Shapes repeat because this path's layout (:func:`bucketed_layout`) pads
-the batch to multiples of :data:`BUCKET` sentences and steps, every sentence
-running every step (a pad step's gradient is zero, so nothing reaches the
-sentence).  On the CPU (Triton's interpreter, the tests) a recorded graph is
+*slot*: flat buffers that every call of a shape carves the same way, held by
+a layer from its forward until the backward releases it (or autograd frees
+the forward's context, which keeps the :class:`Lease`).  Layers in flight
+together take different slots (at most :data:`MAX_SLOTS` per device; beyond,
+the loop runs without graphs); a slot records a new shape after running it
+once (at most :data:`MAX_GRAPHS`, least recently used dropped first), and a
+buffer that grows drops the graphs that read it.  Shapes repeat because the
+batch is padded to multiples of :data:`BUCKET` sentences and steps
+(:func:`bucketed_layout`).  On the CPU (Triton's interpreter) a "graph" is
 the loop itself, run again at each replay.
 """
 
