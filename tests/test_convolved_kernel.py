@@ -18,7 +18,7 @@ import torch
 
 pytest.importorskip("triton")
 
-from test_attention import OPTION_SETS, build, right_padding_mask  # noqa: E402
+from test_attention import OPTION_SETS  # noqa: E402
 from test_relative_flash import (  # noqa: E402
     PADDINGS, assert_kernel_is_the_explicit_path, assert_takes_the_kernel, dropout_keep, flash_and_explicit,
 )

@@ -30,7 +30,7 @@ from test_attention import (  # noqa: E402
 
 from fairseq_posattn.kernels import candidates, dispatch, triton_common  # noqa: E402
 from fairseq_posattn.kernels.triton_common import draw_seed, kept, padded  # noqa: E402
-from fairseq_posattn.modules import AttentionContext, PositionAwareSelfAttention  # noqa: E402
+from fairseq_posattn.modules import AttentionContext  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 if DEVICE == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":

@@ -53,6 +53,7 @@ class Kernel:
     verdict: str = ""
     removed_option: Optional[str] = None
 
+
 ATTENTION, RECURRENCE = "attention", "recurrence"
 FLAGS = {ATTENTION: "--encoder-attention-kernel", RECURRENCE: "--encoder-recurrent-kernel"}
 _NEEDS_TRITON = dict(unavailable=triton_common.unavailable)
