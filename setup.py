@@ -7,11 +7,18 @@ a second torch), then this package.  ``bash scripts/setup_env.sh`` does all
 of that.
 """
 
+import re
+from pathlib import Path
+
 from setuptools import find_packages, setup
+
+# the version lives in fairseq_posattn/version.py (read here without importing the package)
+VERSION = re.search(r'^__version__ = "([^"]+)"$',
+                    (Path(__file__).parent / "fairseq_posattn" / "version.py").read_text(), re.M).group(1)
 
 setup(
     name="fairseq_posattn",
-    version="0.2.0",
+    version=VERSION,
     description=(
         "fairseq plugin for position- and structure-aware Transformer encoders "
         "(ON-LSTM+SAN, structural positions, direct position interactions, "
@@ -20,12 +27,12 @@ setup(
     packages=find_packages(include=["fairseq_posattn", "fairseq_posattn.*"]),
     # the ON-LSTM's CPU cell, compiled by fairseq-posattn-build-cell (torch.utils.cpp_extension, with ninja)
     package_data={"fairseq_posattn.kernels": ["csrc/*.cpp"]},
-    python_requires=">=3.8",
+    # the Pythons that scripts/python_matrix.sh sets up and tests: 3.10-3.13 (docs/setup.md)
+    python_requires=">=3.10",
     install_requires=[
-        # fairseq 0.12.2 does not import on Python >= 3.11; the fairseq-fixed
-        # fork imports as `fairseq` there.
-        'fairseq==0.12.2; python_version < "3.11"',
-        'fairseq-fixed==0.12.3.1; python_version >= "3.11"',
+        # the fairseq-fixed fork of fairseq 0.12 imports as `fairseq` on Python 3.10-3.13
+        # (fairseq 0.12.2 does not import on >= 3.11, and its sdist cannot build)
+        "fairseq-fixed==0.12.3.1",
         # The releases the package was tested with (CPU 2.13, CUDA 2.11), a range so
         # that an installed torch (CPU or CUDA build) among them is kept.
         "torch>=2.11,<2.14",

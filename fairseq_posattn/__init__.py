@@ -11,6 +11,8 @@ the plugin's models, architectures, tasks, criteria and optimizers with fairseq.
 
 __fairseq_plugin__ = "fairseq_posattn"  # marker read by compat.user_dir.is_plugin_copy
 
+from .version import __version__  # noqa: E402,F401
+
 from . import compat  # noqa: E402
 
 compat.install()

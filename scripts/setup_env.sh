@@ -15,11 +15,11 @@
 #
 # Order of installation, and why:
 #   1. torch (TORCH_SPEC), numpy, cython
-#   2. fairseq-fixed==0.12.3.1 (Python >= 3.11) or fairseq==0.12.2 (Python < 3.11)
-#      with --no-build-isolation: both sdists declare torch as a *build*
-#      requirement, so an isolated build would download and install a second
-#      torch into a throw-away environment (minutes, gigabytes for CUDA).
-#      Without isolation the C extensions build against the torch from step 1.
+#   2. fairseq-fixed==0.12.3.1 (it imports as fairseq) with --no-build-isolation:
+#      its sdist declares torch as a *build* requirement, so an isolated build
+#      would download and install a second torch into a throw-away environment
+#      (minutes, gigabytes for CUDA). Without isolation the C extensions build
+#      against the torch from step 1.
 #   3. this package, editable, with its test and parsers extras (spaCy,
 #      ufal.udpipe). torch and fairseq are already satisfied, so pip keeps
 #      them as they are. Then Triton (TRITON_SPEC), unless torch brought one.
@@ -56,8 +56,12 @@ sha256_of_stdin() {
 
 command -v "$PYTHON" >/dev/null 2>&1 || die "interpreter '$PYTHON' not found (set PYTHON=...)"
 PYVER="$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
-"$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 8) else 1)' \
-    || die "Python >= 3.8 required, '$PYTHON' is $PYVER"
+# the Pythons scripts/python_matrix.sh has set up and tested (docs/setup.md)
+SUPPORTED="3.10, 3.11, 3.12 and 3.13"
+"$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else 1)' \
+    || die "Python $SUPPORTED are supported, '$PYTHON' is $PYVER: set PYTHON=python3.11 (or another of them)"
+"$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info < (3, 14) else 1)' \
+    || say "WARNING: Python $PYVER has not been checked (supported: $SUPPORTED); going on"
 
 WANT="$({
     cat "$REPO/setup.py" "$REPO/scripts/setup_env.sh" "$REPO/requirements/parser-models.txt" \
@@ -86,17 +90,10 @@ PIP=("$VENV/bin/python" -m pip)
 VPYVER="$("$VENV/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
 [[ "$VPYVER" == "$PYVER" ]] || die "$VENV has Python $VPYVER but PYTHON is $PYVER; remove $VENV or set VENV"
 
-if "$VENV/bin/python" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)'; then
-    FAIRSEQ_SPEC="fairseq-fixed==0.12.3.1"
-    PIP_SPEC="pip"
-else
-    FAIRSEQ_SPEC="fairseq==0.12.2"
-    # fairseq 0.12.2 pins omegaconf<2.1, whose metadata pip >= 24.1 rejects.
-    PIP_SPEC="pip<24.1"
-fi
+FAIRSEQ_SPEC="fairseq-fixed==0.12.3.1"
 
-say "step 1/5: upgrading $PIP_SPEC, setuptools, wheel"
-"${PIP[@]}" install --upgrade "$PIP_SPEC" setuptools wheel
+say "step 1/5: upgrading pip, setuptools, wheel"
+"${PIP[@]}" install --upgrade pip setuptools wheel
 
 read -r -a TORCH_REQS <<<"$TORCH_SPEC"
 say "step 2/5: installing ${TORCH_REQS[*]} numpy cython"

@@ -21,9 +21,17 @@
   (outputs of the recipes under their default WORK excepted); every dotted
   ``fairseq_posattn.x.y`` resolves to a module or attribute; every test named
   (``test_x.py``, ``test_x.py::test_y``, or a bare ``test_y`` in inline code) is
-  in tests/.  Every image and relative link resolves (anchors ignored).
-* README.md has at most 300 lines; no text cites a "SPEC" (a document that is
-  not in the repository).
+  in tests/.  Every image and relative link resolves, and a link's #anchor names a
+  heading of its page.
+* Line budgets: README.md, docs/benchmarks.md at most 300 lines, docs/hybrids.md
+  250 (``LINE_LIMITS``); no text cites a "SPEC" (a document that is not in the
+  repository).
+* The release: setup.py's version, ``fairseq_posattn.__version__`` and
+  CHANGELOG.md's first entry are one; the CHANGELOG's links resolve and the
+  paths it names exist, but for its table of old names.  The benchmark log
+  (docs/results/benchmarks/HISTORY.md): its links resolve and every output
+  under docs/results/ it cites exists.  docs/setup.md's table of repairs names
+  every repair that ``fairseq_posattn.compat.install`` installs, in its order.
 
 Every check returns all its offences as ``file:line: what``; the tests at the
 end feed each check a snippet that must fail.
@@ -51,7 +59,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 USER_DIR = REPO / "fairseq_posattn"
-README_MAX_LINES = 300
+LINE_LIMITS = {"README.md": 300, "docs/benchmarks.md": 300, "docs/hybrids.md": 250}
+CHANGELOG = REPO / "CHANGELOG.md"
+BENCHMARK_LOG = REPO / "docs" / "results" / "benchmarks" / "HISTORY.md"
 
 FAIRSEQ_COMMANDS = (
     "fairseq-train", "fairseq-generate", "fairseq-interactive",
@@ -612,6 +622,17 @@ def old_name_lines(text: str) -> Set[int]:
     return lines
 
 
+def missing_paths(name: str, span: Span, root: Path, prefix: str = "") -> List[Offence]:
+    """The repository paths (starting with ``prefix``) that a span names and that do not exist."""
+    out = []
+    for m in REPO_PATH.finditer(span.text):
+        path = m.group(1).rstrip(".")
+        if path.startswith(prefix) and not path_exists(path, root) and not generated(path):
+            line = physical_line(span, path) if span.kind == "block" else span.line
+            out.append(Offence(name, line, f"`{path}` does not exist in the repository"))
+    return out
+
+
 def check_paths(name: str, text: str, root: Path = REPO) -> List[Offence]:
     out: List[Offence] = []
     tests = suite_tests(root)
@@ -622,10 +643,7 @@ def check_paths(name: str, text: str, root: Path = REPO) -> List[Offence]:
             continue
         where = (lambda needle, span=span: physical_line(span, needle) if span.kind == "block" else span.line)
         body = span.text
-        for m in REPO_PATH.finditer(body):
-            path = m.group(1).rstrip(".")
-            if not path_exists(path, root) and not generated(path):
-                out.append(Offence(name, where(path), f"`{path}` does not exist in the repository"))
+        out += missing_paths(name, span, root)
         for m in DOTTED.finditer(body):
             dotted = m.group(0).rstrip(".")
             if not dotted_resolves(dotted):
@@ -645,7 +663,35 @@ def check_paths(name: str, text: str, root: Path = REPO) -> List[Offence]:
     return out
 
 
+def check_cited_outputs(name: str, text: str, root: Path = REPO) -> List[Offence]:
+    """Every output under docs/results/ that a text names exists (a log also names code that is gone)."""
+    return [o for span in spans(text) for o in missing_paths(name, span, root, prefix="docs/results/")]
+
+
+HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*$")
+
+
+def heading_anchors(text: str) -> Set[str]:
+    """The anchors GitHub gives a Markdown text's headings (a repeated one gets -1, -2, ...)."""
+    anchors: Set[str] = set()
+    in_fence = False
+    for line in text.split("\n"):
+        if FENCE.match(line):
+            in_fence = not in_fence
+        heading = None if in_fence else HEADING.match(line)
+        if heading:
+            title = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading.group(1)).lower()
+            slug = re.sub(r"[^\w\- ]", "", title).replace(" ", "-")
+            anchor, n = slug, 0
+            while anchor in anchors:
+                n += 1
+                anchor = f"{slug}-{n}"
+            anchors.add(anchor)
+    return anchors
+
+
 def check_links(name: str, text: str, base: Path) -> List[Offence]:
+    """Every relative link and image resolves, and a link's #anchor names a heading of its page."""
     out: List[Offence] = []
     for span in spans(text):
         if span.kind != "prose":
@@ -654,11 +700,15 @@ def check_links(name: str, text: str, base: Path) -> List[Offence]:
         for pattern, what in ((IMAGE, "image"), (LINK, "link")):
             for m in pattern.finditer(span.text):
                 target = m.group(1)
-                if re.match(r"^[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):
+                if re.match(r"^[a-z][a-z0-9+.-]*:", target):
                     continue
-                path = target.split("#", 1)[0]
-                if not (base / path).exists():
+                path, _, anchor = target.partition("#")
+                if path and not (base / path).exists():
                     out.append(Offence(name, span.line, f"{what} `{target}` does not resolve"))
+                elif anchor and (not path or path.endswith(".md")):
+                    page = (base / path).read_text() if path else text
+                    if anchor not in heading_anchors(page):
+                        out.append(Offence(name, span.line, f"{what} `{target}`: no heading has the anchor `#{anchor}`"))
     return out
 
 
@@ -707,12 +757,59 @@ def check_arch_tables(name: str, text: str, archs: Set[str]) -> List[Offence]:
     return out
 
 
+def check_repairs_table(name: str, text: str, repairs: Sequence[str]) -> List[Offence]:
+    """The table whose first column is headed ``module`` lists ``repairs``, in that order."""
+    lines = text.split("\n")
+    for k, line in enumerate(lines):
+        if line.lstrip().startswith("|") and table_cells(line)[0] == "module":
+            listed = []
+            for row in lines[k + 2:]:
+                if not row.lstrip().startswith("|"):
+                    break
+                listed.append(table_cells(row)[0].strip("`"))
+            if listed != list(repairs):
+                return [Offence(name, k + 1, f"the repairs table lists {listed}, "
+                                             f"fairseq_posattn.compat.install installs {list(repairs)}")]
+            return []
+    return [Offence(name, 1, "no table headed `module` (the repairs)")]
+
+
+def installed_repairs() -> List[str]:
+    """The repairs ``fairseq_posattn.compat.install`` installs, in its order (its ``name.install()`` calls)."""
+    import inspect
+
+    from fairseq_posattn import compat
+    return re.findall(r"^\s+(\w+)\.install\(\)", inspect.getsource(compat.install), re.M)
+
+
+CHANGELOG_ENTRY = re.compile(r"^## (\d+\.\d+\.\d+)\b", re.M)
+
+
+def changelog_version(text: str) -> Optional[str]:
+    """The version of a CHANGELOG's first (newest) entry."""
+    m = CHANGELOG_ENTRY.search(text)
+    return m.group(1) if m else None
+
+
+def setup_version() -> str:
+    """The version setup.py gives setuptools (setup.py run with ``setup`` recorded, not run)."""
+    import setuptools
+
+    given, real = {}, setuptools.setup
+    setuptools.setup = lambda **kwargs: given.update(kwargs)
+    try:
+        runpy.run_path(str(REPO / "setup.py"), run_name="__main__")
+    finally:
+        setuptools.setup = real
+    return given["version"]
+
+
 def check_citations(name: str, text: str) -> List[Offence]:
     return [Offence(name, k + 1, "cites a SPEC, which is not in the repository: cite the paper")
             for k, line in enumerate(text.split("\n")) if SPEC.search(line)]
 
 
-def check_length(name: str, text: str, limit: int = README_MAX_LINES) -> List[Offence]:
+def check_length(name: str, text: str, limit: int) -> List[Offence]:
     lines = len(text.rstrip("\n").split("\n"))
     return [Offence(name, lines, f"has {lines} lines, more than {limit}")] if lines > limit else []
 
@@ -815,13 +912,35 @@ def test_images_and_links_resolve():
     assert not offences, report(offences)
 
 
-def test_readme_is_short():
-    offences = check_length("README.md", (REPO / "README.md").read_text())
+def test_pages_keep_their_line_budgets():
+    offences = [o for name, limit in LINE_LIMITS.items() for o in check_length(name, (REPO / name).read_text(), limit)]
     assert not offences, report(offences)
 
 
 def test_no_spec_citations():
     offences = [o for p in documents() for o in check_citations(rel(p), p.read_text())]
+    assert not offences, report(offences)
+
+
+def test_one_version_in_setup_the_package_and_the_changelog():
+    import fairseq_posattn
+    assert setup_version() == fairseq_posattn.__version__ == changelog_version(CHANGELOG.read_text())
+
+
+def test_changelog_links_and_paths():
+    text = CHANGELOG.read_text()
+    offences = check_links("CHANGELOG.md", text, REPO) + check_paths("CHANGELOG.md", text)
+    assert not offences, report(offences)
+
+
+def test_benchmark_log_links_and_outputs():
+    name, text = rel(BENCHMARK_LOG), BENCHMARK_LOG.read_text()
+    offences = check_links(name, text, BENCHMARK_LOG.parent) + check_cited_outputs(name, text)
+    assert not offences, report(offences)
+
+
+def test_setup_lists_every_repair():
+    offences = check_repairs_table("docs/setup.md", (REPO / "docs" / "setup.md").read_text(), installed_repairs())
     assert not offences, report(offences)
 
 
@@ -911,7 +1030,7 @@ def test_path_check_reports(text, needle, line):
 def test_path_check_accepts_real_paths():
     text = ("`examples/quickstart/run.sh`, fairseq_posattn/modules/attention.py, `docs/figures/*.png`,\n"
             "`fairseq_posattn.modules.attention.PositionAwareSelfAttention`, `test_docs.py::test_paths_exist`,\n"
-            "`test_readme_is_short`, and the work directory `examples/quickstart/work/data-bin`.\n")
+            "`test_pages_keep_their_line_budgets`, and the work directory `examples/quickstart/work/data-bin`.\n")
     offences = check_paths("fake.md", text)
     assert not offences, report(offences)
 
@@ -919,6 +1038,8 @@ def test_path_check_accepts_real_paths():
 @pytest.mark.parametrize("text", [
     "![a figure](figures/nonesuch.png)\n",
     "see [the setup](nonesuch.md#install)\n",
+    "see [the setup](setup.md#no-such-heading)\n",
+    "see [a heading](#no-such-heading-here)\n",
 ])
 def test_link_check_reports(text):
     offences = check_links("docs/fake.md", "x\n" + text, REPO / "docs")
@@ -926,8 +1047,11 @@ def test_link_check_reports(text):
 
 
 def test_link_check_accepts_real_links():
-    text = "![curves](figures/pos_tagging_curves.png) [readme](../README.md#x) [web](https://x.org)\n"
+    text = ("# A page\n\n## Its `first` section: (a, b)\n\n![curves](figures/pos_tagging_curves.png) "
+            "[readme](../README.md#known-limits) [web](https://x.org#y) [here](#its-first-section-a-b) "
+            "[setup](setup.md#bf16)\n")
     assert not check_links("docs/fake.md", text, REPO / "docs")
+    assert heading_anchors("## Same\n## Same\n```\n# not a heading\n```\n") == {"same", "same-1"}
 
 
 def test_arch_table_check_reports():
@@ -939,10 +1063,21 @@ def test_arch_table_check_reports():
 
 
 def test_length_and_citation_checks_report():
-    assert [o.line for o in check_length("README.md", "x\n" * 301)] == [301]
-    assert not check_length("README.md", "x\n" * 300)
+    assert [o.line for o in check_length("README.md", "x\n" * 301, 300)] == [301]
+    assert not check_length("README.md", "x\n" * 300, 300)
     assert [o.line for o in check_citations("fake.md", "a\nas SPEC 1.1 says\n")] == [2]
     assert not check_citations("fake.md", "a specification, spectral\n")
+
+
+def test_release_checks_report():
+    assert changelog_version("# Changelog\n\ntext\n\n## 1.2.3 (2026-01-01)\n\n## 1.2.2\n") == "1.2.3"
+    assert changelog_version("# Changelog\n\n### 1.2.3\n") is None
+    table = "| module | what |\n|---|---|\n| `a` | x |\n| `c` | y |\n"
+    assert [o.line for o in check_repairs_table("fake.md", "x\n" + table, ["a", "b", "c"])] == [2]
+    assert not check_repairs_table("fake.md", table, ["a", "c"])
+    assert [o.line for o in check_repairs_table("fake.md", table, ["c", "a"])] == [1]
+    text = "`docs/results/nonesuch/out.txt` and `fairseq_posattn/gone.py`\n"
+    assert [o.what.split("`")[1] for o in check_cited_outputs("fake.md", text)] == ["docs/results/nonesuch/out.txt"]
 
 
 def test_old_names_are_exempt_only_inside_their_markers():
