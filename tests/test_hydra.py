@@ -66,9 +66,10 @@ CASES = [  # config, data fixture, overrides
                                      "model.relative_positions": "true"}),
     ("structure", "toy_struct_bin", TINY_TRANSLATION),
     ("hybrid", "toy_data_bin", {**TINY_TRANSLATION, "model.encoder_recurrent_cell": "lstm"}),
-    ("tagging", "treebank", {"task.max_piece_length": 12, "model.word_embed_dim": 8,
-                                 "model.char_embed_dim": 8, "model.encoder_layers": 1,
-                                 "dataset.batch_size": 8}),
+    # the P and R tables' t is the task's --max-piece-length on both routes
+    ("tagging", "treebank", {"model._name": "posattn_tagger_pr", "task.max_piece_length": 12,
+                             "model.word_embed_dim": 8, "model.char_embed_dim": 8,
+                             "model.encoder_layers": 1, "dataset.batch_size": 8}),
     ("logic", "logic_data", {"task.max_train_operators": 3,
                                        "model.encoder_embed_dim": 16,
                                        "model.encoder_ffn_embed_dim": 32,

@@ -47,7 +47,8 @@ TRAINING = ["--optimizer", "adam", "--lr", "1e-3", "--seed", "1", "--no-progress
 ARCH_ARGS = {  # task: data fixture, fairseq-train flags of a tiny model
     "translation_struct": ("spm_struct_bin", ["--arch", "transformer_struct", *TINY_MODEL_ARGS,
                                               "--max-tokens", "1000"]),
-    "pos_tagging": ("treebank", ["--arch", "posattn_tagger", "--word-embed-dim", "8",
+    # P: its table's size is the task's --max-piece-length, settled when the model is built
+    "pos_tagging": ("treebank", ["--arch", "posattn_tagger_p", "--word-embed-dim", "8",
                                  "--char-embed-dim", "8", "--encoder-layers", "1",
                                  "--criterion", "tagging_cross_entropy", "--batch-size", "8"]),
     "relation_classification": ("toy_tacred", [
@@ -115,9 +116,8 @@ Runs = namedtuple("Runs", "folders output")  # folders: task -> (data, save dir)
 @pytest.fixture(scope="module")
 def runs(request, tmp_path_factory):
     """Per task a run trained 2 updates with every input option off its
-    default (translation_struct's then resumed to 3 updates without the
-    flags); the output ends with a resume of translation_struct with a
-    contradicting flag."""
+    default, then resumed to 3 updates without the flags; the output ends
+    with a resume of translation_struct with a contradicting flag."""
     steps, folders = [], {}
     for task, (data_fixture, arch_args) in ARCH_ARGS.items():
         data = request.getfixturevalue(data_fixture)
@@ -126,11 +126,17 @@ def runs(request, tmp_path_factory):
         common = [str(data), "--user-dir", str(USER_DIR), "--task", task, *arch_args,
                   *TRAINING, "--save-dir", str(save)]
         steps.append((task, common + flags(trained_values(task)) + ["--max-update", "2"]))
+        steps.append((f"{task}-resumed", common + ["--max-update", "3"]))
         if task == "translation_struct":
-            steps.append(("resumed", common + ["--max-update", "3"]))
             contradicted = common + ["--max-update", "4", "--structural-relative-rule", "figure"]
     steps.append(("contradicted", contradicted))
     return Runs(folders, run_python(TRAIN_STEPS, json.dumps(steps), timeout=600).stdout)
+
+
+def outcomes(runs, step):
+    """The TRAINED or REFUSED line of a training step of ``runs``."""
+    return [line for line in runs.output.splitlines()
+            if line == f"TRAINED {step}" or line.startswith(f"REFUSED {step} ")]
 
 
 def checkpoint(runs, task):
@@ -146,17 +152,27 @@ def test_every_input_option_is_walked():
 
 @pytest.mark.parametrize("task", list(WALK))
 def test_checkpoints_record_the_options(runs, task):
-    """In the task state and in the saved config; translation_struct's after
-    a resumed run (no flags) that trained on with the checkpoint's values."""
+    """In the task state and in the saved config, after a resumed run (no
+    flags) that trained on with the checkpoint's values."""
+    assert outcomes(runs, f"{task}-resumed") == [f"TRAINED {task}-resumed"]
     state = torch.load(checkpoint(runs, task), map_location="cpu", weights_only=True)
-    assert state["optimizer_history"][-1]["num_updates"] == (
-        3 if task == "translation_struct" else 2)
+    assert state["optimizer_history"][-1]["num_updates"] == 3
     assert state["task_state"][RECORD] == trained_values(task)
     assert {name: state["cfg"]["task"][name] for name in WALK[task]} == trained_values(task)
 
 
+def test_the_taggers_table_has_the_piece_length_it_was_trained_with(runs):
+    """The P table's t is the task's --max-piece-length, settled when the model
+    is built, once the task has the checkpoint's value: the run resumed without
+    the flag fits the checkpoint.  The model's config records t."""
+    t = trained_values("pos_tagging")["max_piece_length"]
+    state = torch.load(checkpoint(runs, "pos_tagging"), map_location="cpu", weights_only=True)
+    assert state["cfg"]["model"].interaction_max_len == t  # fairseq-train saves a Namespace
+    assert state["model"]["encoder.layers.0.self_attn.score_terms.0.weight"].shape[1:] == (t, t)
+
+
 def test_fairseq_train_refuses_to_resume_with_a_contradicting_flag(runs):
-    refusal = [line for line in runs.output.splitlines() if line.startswith("REFUSED contradicted")]
+    refusal = outcomes(runs, "contradicted")
     assert refusal and "ContradictsCheckpoint" in refusal[0]
     assert ("--structural-relative-rule 'figure' contradicts %s, which was trained with "
             "--structural-relative-rule 'text'" % checkpoint(runs, "translation_struct")

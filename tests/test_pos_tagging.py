@@ -293,6 +293,8 @@ def test_named_rows_select_their_options(treebank):
     assert [type(t).__name__ for t in first.score_terms] == ["AbsolutePositionInteraction"]
     assert first.score_terms[0].weight.shape == (4, 12, 12)  # t = --max-piece-length
     assert len(second.score_terms) == 0
+    _, given = build_tagger(treebank, "posattn_tagger_p", "--interaction-max-len", "16")
+    assert given.encoder.layers[0].self_attn.score_terms[0].weight.shape == (4, 16, 16)
     _, con = build_tagger(treebank, "posattn_tagger_pe_con")
     # word 8 + characters 8 + positions 64 (the authors' PE[con] width)
     assert con.encoder.embed_positions.embedding_dim == 64

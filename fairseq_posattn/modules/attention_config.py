@@ -56,11 +56,12 @@ class EncoderOptions(FairseqDataclass):
         return cls(**{f.name: getattr(args, f.name, f.default) for f in cls.option_fields()})
 
     @classmethod
-    def set_defaults(cls, args) -> None:
-        """Fill the options the command line and the architecture left unset."""
+    def set_defaults(cls, args, leave_unset=()) -> None:
+        """Fill the options the command line and the architecture left unset,
+        except those named in ``leave_unset`` (None, for ``build_model`` to settle)."""
         for f in cls.option_fields():
             if getattr(args, f.name, None) is None:
-                setattr(args, f.name, f.default)
+                setattr(args, f.name, None if f.name in leave_unset else f.default)
 
 
 @dataclass

@@ -30,7 +30,6 @@ from fairseq.models import BaseFairseqModel, register_model, register_model_arch
 from fairseq.models.transformer import Embedding, TransformerConfig
 from torch import nn
 
-from ...data.tagging import MAX_PIECE_LENGTH
 from ...modules.attention_config import EncoderOptions, PositionAttentionConfig
 from .word_features import CharacterCNN, WordFeatures, load_word_vectors, read_vector_width
 from .residual_encoder import ResidualAttentionEncoder
@@ -89,6 +88,10 @@ class PositionAwareTagger(BaseFairseqModel):
     def build_model(cls, args, task):
         posattn_tagger(args)
         keep_encoder_layers(args)  # given by --model-overrides: the parser has no such flag
+        if args.interaction_max_len is None:
+            # the task's --max-piece-length, resolved from the checkpoint by now;
+            # written back, so that the checkpoint records it
+            args.interaction_max_len = task.max_positions()
         options = TaggerOptions.from_namespace(args)
         attention_cfg = PositionAttentionConfig.from_namespace(args)
         if attention_cfg.uses_structure():
@@ -143,17 +146,16 @@ class PositionAwareTagger(BaseFairseqModel):
 @register_model_architecture("posattn_tagger", "posattn_tagger")
 def posattn_tagger(args):
     """SAN+PE[add] (learned position embeddings); P, R and conv1d tables of
-    t = the task's --max-piece-length; PE[con] positions 64 wide (the authors')."""
+    t = the task's --max-piece-length (settled in ``build_model``, once the task's
+    options are resolved); PE[con] positions 64 wide (the authors')."""
     vectors = getattr(args, "pretrained_word_vectors", None)
-    if hasattr(args, "max_piece_length"):  # a hydra config's model group has no task options
-        _set_unset(args, dict(interaction_max_len=args.max_piece_length or MAX_PIECE_LENGTH))
     _set_unset(args, dict(
         encoder_position_concat_dim=64,
         # settled here, so that the checkpoint's arguments record it
         word_embed_dim=read_vector_width(vectors) if vectors else DEFAULT_WORD_EMBED_DIM,
     ))
     TaggerOptions.set_defaults(args)
-    PositionAttentionConfig.set_defaults(args)
+    PositionAttentionConfig.set_defaults(args, leave_unset=["interaction_max_len"])
 
 
 # Dufter et al. (2020), Table 2: the baselines SAN (no positions) and
