@@ -39,7 +39,9 @@ def hydra_overrides(config: str, overrides: dict) -> list:
 def composed(config: str, overrides: dict = None) -> dict:
     """The config as hydra composes it, with ``overrides`` (``section.key: value``)."""
     arguments = hydra_overrides(config, overrides) if overrides else []
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base=None):
+    # hydra 1.1's defaults, as fairseq-hydra-train's; a later version_base would make
+    # fairseq's own hydra.experimental.initialize fail later in this process
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.1"):
         cfg = compose(config, arguments)
     return OmegaConf.to_container(cfg, resolve=True)
 
