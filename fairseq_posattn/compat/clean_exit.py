@@ -12,6 +12,7 @@ that a waiting one wakes) and joins them while the interpreter still runs.
 """
 
 import atexit
+import contextlib
 import functools
 import logging
 import queue
@@ -43,11 +44,9 @@ def _stopping_at_exit(init):
 
 
 def _empty(buffer: queue.Queue) -> None:
-    try:
+    with contextlib.suppress(queue.Empty):
         while True:
             buffer.get_nowait()
-    except queue.Empty:
-        pass
 
 
 def stop_consumers() -> None:

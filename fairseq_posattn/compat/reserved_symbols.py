@@ -72,6 +72,7 @@ def binarizing_as_unknown(paths: Sequence[str]):
         _warn_lines(path, reserved_lines(path, Dictionary()), reserved_texts(Dictionary()))
 
     def binarizer(vocab, **kwargs):
+        # a partial of a module function: --workers pickles the binarizer to its processes
         tokenize = functools.partial(_tokenize_as_unknown, dictionary=vocab)
         return VocabularyDatasetBinarizer(vocab, tokenize=tokenize, **kwargs)
 
