@@ -131,18 +131,12 @@ def model_keys(model_cls) -> frozenset:
 
 
 def check_model_config(model_cls, cfg) -> None:
-    """Check a model section against ``model_cls.option_groups``.
-
-    An argparse namespace (fairseq-train's, and the model config of a
-    checkpoint it wrote) holds the whole command line, whose keys the parser
-    checked: only its values are checked here.  A hydra model section (a
-    config, overrides, a checkpoint of fairseq-hydra-train) may hold only the
-    model's own keys.
-    """
+    """Check a model section against ``model_cls.option_groups``.  A hydra model
+    section (a config, overrides, a checkpoint of fairseq-hydra-train) may hold
+    only the model's own keys; fairseq-train's namespace (also in a checkpoint it
+    wrote, with the hub's keyword arguments added) holds every component's
+    options, whose keys its parser checked: only its values are checked."""
     owner = getattr(cfg, "_name", None) or getattr(cfg, "arch", None) or model_cls.__name__
-    # fairseq copies fairseq-train's namespace into the model config whole, the
-    # other components' options included (and the hub adds its keyword
-    # arguments to it when it loads): its keys are no model's to refuse
     known = None if isinstance(cfg, argparse.Namespace) else model_keys(model_cls)
     check_options("model", owner, cfg, model_cls.option_groups, known)
 

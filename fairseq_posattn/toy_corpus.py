@@ -185,10 +185,6 @@ _P_ADVCL = 0.35         # a subordinate clause
 _P_FRONTED = 0.35       # ... placed before the main clause
 
 
-def _nouns_of(classes: Sequence[str]) -> List[str]:
-    return [en for en, (_, _, c) in _NOUNS.items() if c in classes]
-
-
 class _Node:
     """One source word; children are kept by relation, order is decided later."""
 
@@ -258,7 +254,7 @@ class _Grammar:
 
     def bare_noun(self, classes, deprel: str, genders=("m", "f", "n")) -> _Node:
         """Determiner, adjectives and noun, no modifiers."""
-        en = self.choice(n for n in _nouns_of(classes) if _NOUNS[n][1] in genders)
+        en = self.choice(n for n, (_, g, c) in _NOUNS.items() if c in classes and g in genders)
         noun = _make_noun(en, deprel, definite=self.p(0.7))
         if self.p(0.35):
             sem = _NOUNS[en][2]
@@ -400,14 +396,9 @@ def _en_order(node: _Node) -> List[_Node]:
     return [node]
 
 
-def _case_of(noun: _Node) -> str:
-    if noun.child("case") is not None:
-        return "dat"
-    return {"nsubj": "nom", "obj": "acc"}.get(noun.deprel, "nom")
-
-
 def _de_noun_phrase(noun: _Node) -> List[str]:
-    case = _case_of(noun)
+    has_prep = noun.child("case") is not None
+    case = "dat" if has_prep else {"nsubj": "nom", "obj": "acc"}.get(noun.deprel, "nom")
     g = noun.gender
     out = [c.de for c in noun.all("case")]
     out.append((_DEF if noun.definite else _INDEF)[case][g])

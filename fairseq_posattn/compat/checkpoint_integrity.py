@@ -28,7 +28,6 @@ import pickle
 import zipfile
 import zlib
 from concurrent.futures import ThreadPoolExecutor
-from typing import Optional
 
 from ..errors import DamagedCheckpointError
 from .patching import wrap_once
@@ -68,26 +67,19 @@ def _damaged(path: str, problem: str) -> DamagedCheckpointError:
     return DamagedCheckpointError("%s: %s. %s" % (path, problem, _HINT), path)
 
 
-def _entry_problem(member: zipfile.ZipInfo) -> Optional[str]:
-    """What in a member's directory entry would make torch read other bytes than
-    the stored ones (torch writes every member stored, as a file)."""
-    if member.compress_type != zipfile.ZIP_STORED or member.compress_size != member.file_size:
-        return "its directory entry is damaged (not stored as torch stores members)"
-    if member.is_dir() or member.external_attr & _DOS_DIRECTORY:
-        return "its directory entry is damaged (marked as a folder)"
-    return None
-
-
 def _damaged_member(path: str, member: zipfile.ZipInfo, problem: str) -> DamagedCheckpointError:
     return _damaged(path, "the checkpoint is damaged in member %s (%s, %d bytes): %s"
                     % (member.filename, _member_kind(member.filename), member.file_size, problem))
 
 
 def _locate(path: str, archive: zipfile.ZipFile, reader, member: zipfile.ZipInfo) -> int:
-    """Where torch's ``reader`` finds the bytes of ``member``, unless its entry or
-    local header is damaged."""
-    problem = _entry_problem(member)
-    if problem is None:
+    """Where torch's ``reader`` finds the bytes of ``member``, unless its entry
+    (torch writes every member stored, as a file) or local header is damaged."""
+    if member.compress_type != zipfile.ZIP_STORED or member.compress_size != member.file_size:
+        problem = "its directory entry is damaged (not stored as torch stores members)"
+    elif member.is_dir() or member.external_attr & _DOS_DIRECTORY:
+        problem = "its directory entry is damaged (marked as a folder)"
+    else:
         try:
             archive.open(member).close()  # its local header matches the entry
             return reader.get_record_offset(member.filename.split("/", 1)[1])

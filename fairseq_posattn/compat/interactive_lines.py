@@ -1,24 +1,17 @@
 """Keep ``fairseq-interactive``'s input lines whole, numbered and translated.
 
 fairseq 0.12's ``fairseq-interactive`` (and fairseq-fixed 0.12.3.1's) stops at
-a line with more tokens than the model's source positions ("Size of sample #0
-is invalid"; ``--truncate-source`` does not apply there), translates an empty
-line as EOS alone, ends an ``--input`` file's lines at bare carriage returns
-(so every later line number shifts), and gives ``<pad>``, ``</s>`` or ``<s>``
-typed as a word the symbol's id (:mod:`.reserved_symbols`).
-
-:func:`install` wraps ``buffered_read`` so that a file's lines end at line
-feeds only, and ``make_batches`` so that each line is encoded once and checked
-before it is batched, with a warning naming the line: a carriage return in it
-is read as a space, reserved symbols' texts as ``<unk>``; a line without tokens
-is skipped; a line too long is truncated to its first positions - 1 tokens and
-EOS with ``--truncate-source``, else skipped.  A skipped line gets no ``S-``,
-``H-``, ``D-`` or ``P-`` line; the others keep their numbers (input line n is
-``S-``\\ (n-1)).  Tasks that read input lines as fairseq's base task does
-(``FairseqTask.get_interactive_tokens_and_lengths``) get this.  The wrapper
-goes into a ``fairseq_cli.interactive`` imported before the plugin (as the
-command and ``python -m`` import it); importing that module for nothing would
-set up the root logger on stdout.
+a line longer than the model's source positions, translates an empty line as
+EOS alone, ends an ``--input`` file's lines at bare carriage returns and reads
+reserved symbols' texts as the symbols.  :func:`install` wraps ``buffered_read``
+so that a file's lines end at line feeds only, and ``make_batches`` so that each
+line is encoded once and checked before it is batched, with a warning naming
+it: a line too long is truncated (``--truncate-source``) or skipped, an empty
+one skipped, and the others keep their numbers (docs/reliability.md, Long and
+odd inputs).  Tasks that read input lines as fairseq's base task does get this.
+The wrapper goes into a ``fairseq_cli.interactive`` imported before the plugin
+(as the command and ``python -m`` import it): importing that module for nothing
+would set up the root logger on stdout.
 """
 
 import functools
