@@ -647,12 +647,9 @@ def generate_examples(n: int, seed: int = 1, unique: bool = True) -> List[ToyExa
 
 
 def generate_splits(sizes: Dict[str, int], seed: int = 1) -> Dict[str, List[ToyExample]]:
-    """Disjoint splits, e.g. ``generate_splits({"train": 1000, "valid": 100})``.
-
-    All sentences are sampled together and shuffled before they are divided,
-    so every split follows the same distribution.  No (source, tree) pair is
-    in two splits; a source string may be, with different trees.
-    """
+    """Disjoint splits, e.g. ``generate_splits({"train": 1000, "valid": 100})``: all
+    sentences are sampled together and shuffled before they are divided, so every
+    split follows the same distribution; no (source, tree) pair is in two splits."""
     total = sum(sizes.values())
     pool = generate_examples(total, seed=seed, unique=True)
     random.Random(seed + 1).shuffle(pool)
@@ -683,11 +680,9 @@ def write_split(examples: Sequence[ToyExample], out_dir: str, split: str,
     """Write ``{split}.{src_lang}``, ``{split}.{tgt_lang}`` (one tokenized
     sentence a line) and ``{split}.{src_lang}.conllu``; return their paths."""
     os.makedirs(out_dir, exist_ok=True)
-    paths = {
-        "src": os.path.join(out_dir, "%s.%s" % (split, src_lang)),
-        "tgt": os.path.join(out_dir, "%s.%s" % (split, tgt_lang)),
-        "conllu": os.path.join(out_dir, "%s.%s.conllu" % (split, src_lang)),
-    }
+    names = {"src": f"{split}.{src_lang}", "tgt": f"{split}.{tgt_lang}",
+             "conllu": f"{split}.{src_lang}.conllu"}
+    paths = {key: os.path.join(out_dir, name) for key, name in names.items()}
     with open(paths["src"], "w", encoding="utf-8") as fs, \
             open(paths["tgt"], "w", encoding="utf-8") as ft, \
             open(paths["conllu"], "w", encoding="utf-8") as fc:
@@ -713,9 +708,8 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> None:
         "with CoNLL-U dependency trees of the source side.",
     )
     parser.add_argument("--out", required=True, help="output directory")
-    parser.add_argument("--train", type=int, default=2000)
-    parser.add_argument("--valid", type=int, default=200)
-    parser.add_argument("--test", type=int, default=200)
+    for split, size in (("train", 2000), ("valid", 200), ("test", 200)):
+        parser.add_argument("--" + split, type=int, default=size)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--src-lang", default="en")
     parser.add_argument("--tgt-lang", default="de")
