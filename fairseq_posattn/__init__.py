@@ -1,12 +1,9 @@
 """fairseq_posattn: position- and structure-aware Transformer encoders for fairseq.
 
 Load it with ``--user-dir <path>/fairseq_posattn`` (or ``import fairseq_posattn``).
-Importing the package installs the repairs of :mod:`fairseq_posattn.compat`
-(checkpoint loading with torch >= 2.6, checksums of checkpoints verified,
-long and empty lines in ``fairseq-interactive``, ``--user-dir`` of a second
-copy, fairseq-fixed's dropped last batch, ``--bf16``, hydra configs, fairseq's
-data-loading threads stopped at exit) and registers
-the plugin's models, architectures, tasks, criteria and optimizers with fairseq.
+Importing the package installs the repairs of :mod:`fairseq_posattn.compat` and
+registers the plugin's models, architectures, tasks, criteria and optimizers
+with fairseq.
 """
 
 __fairseq_plugin__ = "fairseq_posattn"  # marker read by compat.user_dir.is_plugin_copy

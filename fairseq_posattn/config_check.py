@@ -1,35 +1,22 @@
 """Every option of the plugin's models and tasks checked against its one
 declaration, a ``FairseqDataclass`` field (type, choices, help), on every route.
 
-* Command line: fairseq's parser, generated from the fields, refuses unknown
-  flags, invalid choices and wrong types (:mod:`~fairseq_posattn.compat.option_names`
-  adds the nearest flag to an unknown one).
-* Hydra configs and overrides, and a checkpoint's saved config: a task section
-  of the plugin is checked where fairseq merges it with its dataclass
-  (``add_defaults``, ``tasks.setup_task``; fairseq itself drops a checkpoint's
-  unknown task keys), a model section before ``fairseq.models.build_model``
-  runs its architecture functions; fairseq-train, fairseq-hydra-train,
-  ``load_model_ensemble`` (fairseq-generate, fairseq-interactive) and the hub
-  all build through it (the hooks: :mod:`~fairseq_posattn.compat.option_names`).
+fairseq's parser, generated from the fields, checks the command line; hydra
+configs, overrides and a checkpoint's saved config are checked here, a task
+section where fairseq merges it with its dataclass and a model section before
+``fairseq.models.build_model`` runs its architecture functions (the hooks:
+:mod:`~fairseq_posattn.compat.option_names`).  Refused, naming the option: an
+unknown key (with the nearest valid name), a value outside the choices
+(listing them), a value of another type; a value of the declared type in
+another form (``"true"``, ``"16"``) is converted.
 
-Refused, naming the option: an unknown key (with the nearest valid name), a
-value that is none of the choices (listing them), a value of another type.
-A value of the declared type in another form (``"true"``, ``"16"``) is
-converted, so that what is built is what the declaration means.
-
-Why the models are not registered with a dataclass (``register_model(name,
-dataclass=...)``, fairseq's own way, which the tasks use): the plugin's models
-extend fairseq's legacy Transformer, whose flat options (``encoder_embed_dim``,
-...) fairseq 0.12 declares in no flat dataclass (``TransformerConfig`` nests
-them); and for a model registered with one, fairseq registers a no-op
-architecture under the model's name (``transformer_posattn`` sets the base
-sizes), fairseq-hydra-train fills every default of the dataclass before a
-named architecture's function runs (``transformer_struct`` and the paper rows
-set only what is unset, so they would lose their settings), and
-``fairseq.models.build_model`` keeps only the declared fields of
-fairseq-train's namespace and drops a checkpoint's unknown keys without a
-word.  So the options keep their dataclasses (each model's ``option_groups``),
-and the checks here read them.
+The models are not registered with a dataclass (``register_model(name,
+dataclass=...)``, as the tasks are): they extend fairseq's legacy Transformer,
+whose flat options no fairseq 0.12 dataclass declares; fairseq would register a
+no-op architecture under the model's name, fairseq-hydra-train would fill every
+default before a named architecture's function sets what is unset, and
+``build_model`` would drop undeclared keys without a word.  So the options keep
+their dataclasses (each model's ``option_groups``), and the checks here read them.
 """
 
 import argparse
@@ -144,18 +131,12 @@ def model_keys(model_cls) -> frozenset:
 
 
 def check_model_config(model_cls, cfg) -> None:
-    """Check a model section against ``model_cls.option_groups``.
-
-    An argparse namespace (fairseq-train's, and the model config of a
-    checkpoint it wrote) holds the whole command line, whose keys the parser
-    checked: only its values are checked here.  A hydra model section (a
-    config, overrides, a checkpoint of fairseq-hydra-train) may hold only the
-    model's own keys.
-    """
+    """Check a model section against ``model_cls.option_groups``.  A hydra model
+    section (a config, overrides, a checkpoint of fairseq-hydra-train) may hold
+    only the model's own keys; fairseq-train's namespace (also in a checkpoint it
+    wrote, with the hub's keyword arguments added) holds every component's
+    options, whose keys its parser checked: only its values are checked."""
     owner = getattr(cfg, "_name", None) or getattr(cfg, "arch", None) or model_cls.__name__
-    # fairseq copies fairseq-train's namespace into the model config whole, the
-    # other components' options included (and the hub adds its keyword
-    # arguments to it when it loads): its keys are no model's to refuse
     known = None if isinstance(cfg, argparse.Namespace) else model_keys(model_cls)
     check_options("model", owner, cfg, model_cls.option_groups, known)
 

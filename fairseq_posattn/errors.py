@@ -15,15 +15,9 @@ from typing import List, Optional
 
 
 class StructureError(ValueError):
-    """Bad tree input.
-
-    The message names the file (if known), the 1-based sentence number, the
-    1-based line number in the file (if known) and what to do, e.g.::
-
-        train.en.conllu, sentence 12, line 240: HEAD 31 is out of range ...
-
-    The same facts are kept as attributes (``None`` when unknown).
-    """
+    """Bad tree input, e.g. ``train.en.conllu, sentence 12, line 240: HEAD 31 is
+    out of range ...``: the file, the 1-based sentence and line numbers (kept as
+    attributes too, ``None`` when unknown) and what to do."""
 
     def __init__(self, message: str, source: Optional[str] = None,
                  sentence: Optional[int] = None, line: Optional[int] = None):
@@ -47,14 +41,8 @@ class DamagedCheckpointError(ValueError):
 def location(source: Optional[str] = None, sentence: Optional[int] = None,
              line: Optional[int] = None) -> str:
     """``"file, sentence 3, line 17"`` with the unknown parts left out."""
-    parts = []
-    if source is not None:
-        parts.append(str(source))
-    if sentence is not None:
-        parts.append("sentence %d" % sentence)
-    if line is not None:
-        parts.append("line %d" % line)
-    return ", ".join(parts)
+    parts = ((source, "%s"), (sentence, "sentence %d"), (line, "line %d"))
+    return ", ".join(form % value for value, form in parts if value is not None)
 
 
 def fail(problem: str, hint: str, source: Optional[str] = None,

@@ -1,21 +1,14 @@
 """The metrics of the evaluation tasks, shared by their fairseq criteria
 (validation during training) and their evaluation commands (on a test set):
 
-* PoS tagging (Dufter et al. 2020, Sec. 2.6): accuracy on all words, on
-  out-of-vocabulary words (forms not in the training data) and on ambiguous
-  words (forms seen in training with more than one tag), in percent;
-* over seeds: the mean and sample standard deviation of a score, as the
-  results tables print them;
-* relation classification: micro-averaged precision, recall and F1 without
-  the negative class, as TACRED's official scorer defines them (Zhang et al.
-  2017; Bilan & Roth 2018, Tables 1-3):
-
-  - correct: predictions equal to a gold label that is not ``no_relation``;
-  - precision = correct / predictions other than ``no_relation``, and 1 when
-    there are none (the official scorer's convention; F1 is 0 then anyway
-    unless there is no positive gold label either);
-  - recall = correct / gold labels other than ``no_relation`` (0 when none);
-  - F1 = their harmonic mean (0 when both are 0).
+* PoS tagging (Dufter et al. 2020, Sec. 2.6): accuracy in percent on all words,
+  on out-of-vocabulary words (forms not in the training data) and on
+  ambiguous words (forms seen in training with more than one tag);
+* over seeds: the mean and sample standard deviation of a score;
+* relation classification: micro-averaged precision, recall and F1 without the
+  negative class ``no_relation``, as TACRED's official scorer defines them
+  (Zhang et al. 2017; Bilan & Roth 2018, Tables 1-3): precision is 1 when
+  nothing positive is predicted, recall 0 when no gold label is positive.
 """
 
 import statistics

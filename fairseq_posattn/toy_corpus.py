@@ -1,68 +1,36 @@
 """A small synthetic English -> "German-like" parallel corpus with dependency trees.
 
-Made by the project itself (no external data) for the quickstart and the
-end-to-end tests; deterministic for a given seed.  It is *syntax-sensitive*:
-the same English string can come from different trees, and the target depends
-on the tree, so a model that sees the gold source trees can translate what a
-model that sees only the words has to guess.
-
-A sentence is made in three steps:
-
-1. a small probabilistic grammar samples an *unordered* dependency tree: a
-   main clause (subject, verb, optional object, adverbs, prepositional
-   phrase, perfect-tense auxiliary), optionally a subordinate clause before
-   or after it, noun phrases with determiners, adjectives, a prepositional
-   modifier, "the N of the N" or a relative clause; verbs select their
-   subjects and objects by semantic class;
-2. English linearisation gives the source and its projective UD-style tree
-   (heads 1-based, 0 = root; the main verb is the root);
-3. German-like linearisation of the *same tree* gives the target
-   (:func:`target_from_tree`): a bilingual lexicon, case from the relation
-   and gender from the head noun (determiners, adjective endings, relative
-   pronouns), verb-second main clauses, participles and the finite verb of
-   subordinate and relative clauses at the end, commas around those clauses.
-
+Made by the project itself for the quickstart and the end-to-end tests,
+deterministic for a seed, and *syntax-sensitive*: a probabilistic grammar
+samples an unordered dependency tree, whose English linearisation gives the
+source and its projective UD-style tree (heads 1-based, 0 = root) and whose
+German-like linearisation gives the target (:func:`target_from_tree`: lexicon,
+case and gender agreement, verb-second main and verb-final subordinate clauses).
 Three constructions have two trees for one English string, chosen by a coin
-flip that does not look at the words, with different targets
-(:func:`readings` lists them, :func:`ambiguity_kinds` names them): ``pp``, a
-prepositional phrase after an object belongs to the object (``nmod``) or to
-the verb (``obl``, before the object in German); ``rel``, a relative clause
-after "the N of the N" belongs to either noun (of different genders, so the
-relative pronoun differs); ``adv``, a clause-final adverb after a following
-subordinate clause belongs to either verb.  For example::
+flip that does not look at the words (:func:`readings`, :func:`ambiguity_kinds`):
+``pp`` (a PP after an object: the object's ``nmod`` or the verb's ``obl``),
+``rel`` (a relative clause after "the N of the N": either noun's) and ``adv``
+(a clause-final adverb after a subordinate clause: either verb's)::
 
     the teacher eats the cake behind the table .
     2 3 0 5 3 8 8 5 3      der Lehrer isst den Kuchen hinter dem Tisch .
     2 3 0 5 3 8 8 3 3      der Lehrer isst hinter dem Tisch den Kuchen .
 
-Examples are unique by (source string, tree): the splits of one call are
-disjoint in that sense (a string may occur in two splits with its two trees).
+Examples are unique by (source string, tree), also across the splits of one call.
+docs/results.md (Quickstart toy-corpus BLEU) describes the corpus.
 """
 
 import argparse
+import itertools
 import os
 import random
 import sys
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-__all__ = [
-    "ToyExample",
-    "generate_examples",
-    "generate_splits",
-    "detokenize",
-    "to_conllu",
-    "write_split",
-    "write_corpus",
-    "cli_main",
-    "target_from_tree",
-    "readings",
-    "ambiguity_kinds",
-]
-
-# --------------------------------------------------------------------------
-# Lexicon
-# --------------------------------------------------------------------------
+__all__ = ["ToyExample", "generate_examples", "generate_splits", "detokenize", "to_conllu",
+           "write_split", "write_corpus", "cli_main", "target_from_tree", "readings",
+           "ambiguity_kinds"]
 
 # english noun: (german noun, gender, semantic class)
 _NOUNS: Dict[str, Tuple[str, str, str]] = {
@@ -161,16 +129,8 @@ _ADJECTIVES: Dict[str, Tuple[str, Tuple[str, ...]]] = {
 # adverbs that close the English clause ("the dog sleeps today").  In German
 # both open the middle field, right after the finite verb (main clause) or
 # the subject (subordinate and relative clauses).
-_PRE_ADVERBS: Dict[str, str] = {
-    "often": "oft",
-    "always": "immer",
-}
-_FINAL_ADVERBS: Dict[str, str] = {
-    "today": "heute",
-    "again": "wieder",
-    "there": "dort",
-}
-_ADVERBS: Dict[str, str] = {**_PRE_ADVERBS, **_FINAL_ADVERBS}
+_PRE_ADVERBS: Dict[str, str] = {"often": "oft", "always": "immer"}
+_FINAL_ADVERBS: Dict[str, str] = {"today": "heute", "again": "wieder", "there": "dort"}
 
 # preposition: (german, classes of its noun); all take the dative here.  Every
 # one of them can modify a noun (nmod) or a verb (obl), and which one it does is
@@ -184,15 +144,15 @@ _PREPS: Dict[str, Tuple[str, Tuple[str, ...]]] = {
 }
 # "the friend of the teacher" -> "der Freund von dem Lehrer" (nmod, dative)
 _OF = ("of", "von")
-_ADP_DE: Dict[str, str] = {**{en: de for en, (de, _) in _PREPS.items()},
-                           _OF[0]: _OF[1]}
 
-_SUBORDINATORS: Dict[str, str] = {
-    "because": "weil",
-    "when": "wenn",
-    "although": "obwohl",
-    "if": "falls",
-}
+_SUBORDINATORS: Dict[str, str] = {"because": "weil", "when": "wenn", "although": "obwohl",
+                                   "if": "falls"}
+# The German word of a source word of these tags (nouns and verbs carry theirs otherwise).
+_DE_BY_UPOS: Dict[str, Dict[str, str]] = {
+    "ADJ": {en: de for en, (de, _) in _ADJECTIVES.items()},
+    "ADV": {**_PRE_ADVERBS, **_FINAL_ADVERBS},
+    "ADP": {**{en: de for en, (de, _) in _PREPS.items()}, _OF[0]: _OF[1]},
+    "SCONJ": _SUBORDINATORS}
 
 _DEF = {"nom": {"m": "der", "f": "die", "n": "das"},
         "acc": {"m": "den", "f": "die", "n": "das"},
@@ -225,15 +185,6 @@ _P_ADVCL = 0.35         # a subordinate clause
 _P_FRONTED = 0.35       # ... placed before the main clause
 
 
-def _nouns_of(classes: Sequence[str]) -> List[str]:
-    return [en for en, (_, _, c) in _NOUNS.items() if c in classes]
-
-
-# --------------------------------------------------------------------------
-# Unordered dependency tree
-# --------------------------------------------------------------------------
-
-
 class _Node:
     """One source word; children are kept by relation, order is decided later."""
 
@@ -247,16 +198,16 @@ class _Node:
         self.deprel = deprel
         self.children: List["_Node"] = []
         self.head: Optional["_Node"] = None
-        self.de: Optional[str] = None  # lexical translation (nouns, adverbs, ...)
+        self.de: Optional[str] = _DE_BY_UPOS.get(upos, {}).get(lemma)  # lexical translation
         self.gender: Optional[str] = None
         self.definite: Optional[bool] = None
         self.verb: Optional[_Verb] = None
         self.fronted = False
         self.index = 0  # 1-based position in the English sentence
 
-    def add(self, child: "_Node") -> "_Node":
+    def add(self, child: "_Node", first: bool = False) -> "_Node":
         child.head = self
-        self.children.append(child)
+        self.children.insert(0 if first else len(self.children), child)
         return child
 
     def detach(self) -> "_Node":
@@ -265,44 +216,29 @@ class _Node:
         return self
 
     def child(self, *deprels) -> Optional["_Node"]:
-        for c in self.children:
-            if c.deprel in deprels:
-                return c
-        return None
+        return next((c for c in self.children if c.deprel in deprels), None)
 
     def all(self, *deprels) -> List["_Node"]:
         return [c for c in self.children if c.deprel in deprels]
 
-    def pp_nmod(self) -> Optional["_Node"]:
-        """The prepositional (not "of") noun modifier of a noun, if any."""
-        for c in self.all("nmod"):
-            if c.child("case").lemma != _OF[0]:
-                return c
-        return None
+    def nmod(self, of: bool) -> Optional["_Node"]:
+        """The "of" noun modifier of a noun (``of``) or its prepositional one, if any."""
+        return next((c for c in self.all("nmod") if (c.child("case").lemma == _OF[0]) == of), None)
 
     def final_advs(self) -> List["_Node"]:
         return [c for c in self.all("advmod") if c.lemma in _FINAL_ADVERBS]
+
+
+def _word(en: str, upos: str, deprel: str) -> _Node:
+    return _Node(en, en, upos, deprel)
 
 
 def _make_noun(en: str, deprel: str, definite: bool) -> _Node:
     de, gender, _ = _NOUNS[en]
     noun = _Node(en, en, "NOUN", deprel)
     noun.de, noun.gender, noun.definite = de, gender, definite
-    det = "the" if definite else "a"
-    noun.add(_Node(det, det, "DET", "det"))
+    noun.add(_word("the" if definite else "a", "DET", "det"))
     return noun
-
-
-def _make_adp(en: str) -> _Node:
-    node = _Node(en, en, "ADP", "case")
-    node.de = _ADP_DE[en]
-    return node
-
-
-def _make_adv(en: str) -> _Node:
-    node = _Node(en, en, "ADV", "advmod")
-    node.de = _ADVERBS[en]
-    return node
 
 
 class _Grammar:
@@ -316,20 +252,17 @@ class _Grammar:
         seq = list(seq)
         return seq[self.rng.randrange(len(seq))]
 
-    # noun phrases ---------------------------------------------------------
-
     def bare_noun(self, classes, deprel: str, genders=("m", "f", "n")) -> _Node:
         """Determiner, adjectives and noun, no modifiers."""
-        en = self.choice(n for n in _nouns_of(classes) if _NOUNS[n][1] in genders)
+        en = self.choice(n for n, (_, g, c) in _NOUNS.items() if c in classes and g in genders)
         noun = _make_noun(en, deprel, definite=self.p(0.7))
         if self.p(0.35):
             sem = _NOUNS[en][2]
             adjs = [a for a, (_, cls) in _ADJECTIVES.items() if sem in cls]
             first = self.choice(adjs)
-            noun.add(self._adj(first))
+            noun.add(_word(first, "ADJ", "amod"))
             if self.p(0.15):
-                second = self.choice([a for a in adjs if a != first])
-                noun.add(self._adj(second))
+                noun.add(_word(self.choice([a for a in adjs if a != first]), "ADJ", "amod"))
         return noun
 
     def noun_phrase(self, classes, deprel, allow_rel: bool, allow_pp: bool) -> _Node:
@@ -341,8 +274,7 @@ class _Grammar:
             # the relative clause belongs to.
             other = self.bare_noun(
                 _ANIMATE, "nmod", genders=[g for g in "mfn" if g != noun.gender])
-            other.children.insert(0, _make_adp(_OF[0]))
-            other.children[0].head = other
+            other.add(_word(_OF[0], "ADP", "case"), first=True)
             noun.add(other)
             if self.p(_P_OF_REL):
                 antecedent = noun if self.p(0.5) else other
@@ -353,20 +285,14 @@ class _Grammar:
             noun.add(self.prep_phrase("nmod"))
         return noun
 
-    @staticmethod
-    def _adj(en: str) -> _Node:
-        node = _Node(en, en, "ADJ", "amod")
-        node.de = _ADJECTIVES[en][0]
-        return node
-
     def prep_phrase(self, deprel: str) -> _Node:
         prep = self.choice(_PREPS)
         noun = self.bare_noun(_PREPS[prep][1], deprel)
-        noun.children.insert(0, _make_adp(prep))
-        noun.children[0].head = noun
+        noun.add(_word(prep, "ADP", "case"), first=True)
         return noun
 
-    # clauses ---------------------------------------------------------------
+    def adverb(self, adverbs: Dict[str, str]) -> _Node:
+        return _word(self.choice(adverbs), "ADV", "advmod")
 
     def _verb_node(self, verb: _Verb, deprel: str) -> _Node:
         if self.p(_P_PERFECT):
@@ -386,9 +312,9 @@ class _Grammar:
             obj = v.add(self.noun_phrase(verb.obj_classes, "obj", allow_rel,
                                          allow_pp=False))
         if self.p(_P_PRE_ADV):
-            v.add(_make_adv(self.choice(_PRE_ADVERBS)))
+            v.add(self.adverb(_PRE_ADVERBS))
         if self.p(_P_FINAL_ADV):
-            v.add(_make_adv(self.choice(_FINAL_ADVERBS)))
+            v.add(self.adverb(_FINAL_ADVERBS))
         if obj is not None:
             # "sees the man with the telescope": same English words either way
             if not obj.all("nmod", "acl:relcl") and self.p(_P_OBJ_PP):
@@ -409,34 +335,27 @@ class _Grammar:
         else:  # every noun class is the object of some verb
             verb = self.choice(vb for vb in _VERBS if sems <= set(vb.obj_classes))
         v = self._verb_node(verb, "acl:relcl")
-        pron = v.add(_Node("that", "that", "PRON", "nsubj" if subject_rel else "obj"))
-        pron.gender = antecedent.gender
+        v.add(_word("that", "PRON", "nsubj" if subject_rel else "obj")).gender = antecedent.gender
         if subject_rel:
             if verb.obj_classes:
                 v.add(self.bare_noun(verb.obj_classes, "obj"))
         else:
             v.add(self.bare_noun(verb.subj_classes, "nsubj"))
         if self.p(_P_PRE_ADV):
-            v.add(_make_adv(self.choice(_PRE_ADVERBS)))
+            v.add(self.adverb(_PRE_ADVERBS))
         return v
 
     def sentence(self) -> _Node:
         root = self.clause("root", allow_rel=True)
         if self.p(_P_ADVCL):
             sub = self.clause("advcl", allow_rel=False)
-            sconj = self.choice(_SUBORDINATORS)
-            sub.add(_Node(sconj, sconj, "SCONJ", "mark")).de = _SUBORDINATORS[sconj]
+            sub.add(_word(self.choice(_SUBORDINATORS), "SCONJ", "mark"))
             sub.fronted = self.p(_P_FRONTED)
             if sub.fronted:
-                sub.add(_Node(",", ",", "PUNCT", "punct"))
+                sub.add(_word(",", "PUNCT", "punct"))
             root.add(sub)
-        root.add(_Node(".", ".", "PUNCT", "punct"))
+        root.add(_word(".", "PUNCT", "punct"))
         return root
-
-
-# --------------------------------------------------------------------------
-# Linearisation
-# --------------------------------------------------------------------------
 
 
 def _en_order(node: _Node) -> List[_Node]:
@@ -477,14 +396,9 @@ def _en_order(node: _Node) -> List[_Node]:
     return [node]
 
 
-def _case_of(noun: _Node) -> str:
-    if noun.child("case") is not None:
-        return "dat"
-    return {"nsubj": "nom", "obj": "acc"}.get(noun.deprel, "nom")
-
-
 def _de_noun_phrase(noun: _Node) -> List[str]:
-    case = _case_of(noun)
+    has_prep = noun.child("case") is not None
+    case = "dat" if has_prep else {"nsubj": "nom", "obj": "acc"}.get(noun.deprel, "nom")
     g = noun.gender
     out = [c.de for c in noun.all("case")]
     out.append((_DEF if noun.definite else _INDEF)[case][g])
@@ -523,13 +437,11 @@ def _de_clause(v: _Node, kind: str) -> List[str]:
     subj_words = [] if subj is None or subj.upos == "PRON" else _de_noun_phrase(subj)
     advcl = v.child("advcl")
     if kind == "main":
-        out: List[str] = []
         if advcl is not None and advcl.fronted:
             # the subordinate clause fills the first position: verb, then subject
-            out += _de_clause(advcl, "sub") + [","]
-            out += [finite] + subj_words + middle
+            out = _de_clause(advcl, "sub") + [",", finite] + subj_words + middle
         else:
-            out += subj_words + [finite] + middle
+            out = subj_words + [finite] + middle
         if participle:
             out.append(participle)
         if advcl is not None and not advcl.fronted:
@@ -553,14 +465,9 @@ def _tidy_punct(tokens: List[str]) -> List[str]:
     for t in tokens:
         if t in (",", ".") and out and out[-1] == ",":
             out[-1] = t  # ", ," -> "," and ", ." -> "."
-            continue
-        out.append(t)
+        else:
+            out.append(t)
     return out
-
-
-# --------------------------------------------------------------------------
-# Trees <-> examples
-# --------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -581,12 +488,10 @@ def _example_from_tree(root: _Node) -> ToyExample:
         node.index = i
         if node.lemma == "a":
             node.form = "an" if i < len(order) and order[i].form[0] in "aeiou" else "a"
-    heads = tuple(0 if n.head is None else n.head.index for n in order)
-    tgt = _tidy_punct(_de_clause(root, "main"))
     return ToyExample(
         src=tuple(n.form for n in order),
-        heads=heads,
-        tgt=tuple(tgt),
+        heads=tuple(0 if n.head is None else n.head.index for n in order),
+        tgt=tuple(_tidy_punct(_de_clause(root, "main"))),
         deprels=tuple(n.deprel for n in order),
         upos=tuple(n.upos for n in order),
         lemmas=tuple(n.lemma for n in order),
@@ -616,14 +521,6 @@ def _tree_from_example(ex: ToyExample) -> _Node:
         elif upos == "NOUN":
             node.de, node.gender, _ = _NOUNS[lemma]
             node.definite = node.child("det").lemma == "the"
-        elif upos == "ADJ":
-            node.de = _ADJECTIVES[lemma][0]
-        elif upos == "ADV":
-            node.de = _ADVERBS[lemma]
-        elif upos == "ADP":
-            node.de = _ADP_DE[lemma]
-        elif upos == "SCONJ":
-            node.de = _SUBORDINATORS[lemma]
     for node in nodes:
         if node.upos == "AUX":
             node.form = "has"
@@ -637,11 +534,8 @@ def _tree_from_example(ex: ToyExample) -> _Node:
 
 
 def target_from_tree(ex: ToyExample) -> Tuple[str, ...]:
-    """The German-like target for the source tree of ``ex``.
-
-    Reads only ``heads``, ``deprels``, ``upos`` and ``lemmas`` (what the
-    CoNLL-U file holds) and the lexicon: the target is a function of the tree.
-    """
+    """The German-like target for the source tree of ``ex``, from its ``heads``,
+    ``deprels``, ``upos`` and ``lemmas`` (what the CoNLL-U file holds) alone."""
     return tuple(_tidy_punct(_de_clause(_tree_from_example(ex), "main")))
 
 
@@ -656,7 +550,7 @@ def _flip_points(root: _Node) -> List[Tuple[str, _Node]]:
         if node.upos == "VERB":
             obj = node.child("obj")
             if obj is not None and obj.upos == "NOUN":
-                pp = obj.pp_nmod()
+                pp = obj.nmod(of=False)
                 if pp is not None and not obj.all("acl:relcl") and not node.all("obl"):
                     points.append(("pp", pp))
                 elif pp is None and not obj.all("nmod", "acl:relcl"):
@@ -668,9 +562,9 @@ def _flip_points(root: _Node) -> List[Tuple[str, _Node]]:
                 if len(mine) + len(theirs) == 1:
                     points.append(("adv", (mine + theirs)[0]))
         if node.upos == "NOUN":
-            of = [c for c in node.all("nmod") if c.child("case").lemma == _OF[0]]
-            if of:
-                rel = node.child("acl:relcl") or of[0].child("acl:relcl")
+            of = node.nmod(of=True)
+            if of is not None:
+                rel = node.child("acl:relcl") or of.child("acl:relcl")
                 if rel is not None:
                     points.append(("rel", rel))
         for c in node.children:
@@ -695,25 +589,16 @@ def _flip(kind: str, node: _Node) -> None:
             head.head.add(node)
         else:
             head.child("advcl").add(node)
-    elif kind == "rel":
+    else:  # "rel": the relative pronoun agrees with its new antecedent
         pron = next(c for c in node.children if c.upos == "PRON")
-        if head.deprel == "nmod":  # second noun -> first noun
-            head.head.add(node)
-            pron.gender = head.head.gender
-        else:
-            other = next(c for c in head.all("nmod")
-                         if c.child("case").lemma == _OF[0])
-            other.add(node)
-            pron.gender = other.gender
-    else:
-        raise ValueError(kind)
+        antecedent = head.head if head.deprel == "nmod" else head.nmod(of=True)
+        antecedent.add(node)
+        pron.gender = antecedent.gender
 
 
 def ambiguity_kinds(ex: ToyExample) -> List[str]:
-    """The ambiguous constructions in ``ex`` in English order: "pp" (a PP after
-    an object: the object's ``nmod`` or the verb's ``obl``), "rel" (a relative
-    clause after "the N of the N": either noun's), "adv" (a clause-final adverb
-    after a subordinate clause: the main or the subordinate verb's)."""
+    """The ambiguous constructions in ``ex`` ("pp", "rel" or "adv", as the module
+    docstring defines them), in English order."""
     return [kind for kind, _ in _flip_points(_tree_from_example(ex))]
 
 
@@ -738,20 +623,6 @@ def readings(ex: ToyExample) -> List[ToyExample]:
     return out
 
 
-# --------------------------------------------------------------------------
-# Public API
-# --------------------------------------------------------------------------
-
-
-def _make_example(rng: random.Random) -> ToyExample:
-    return _example_from_tree(_Grammar(rng).sentence())
-
-
-def _key(ex: ToyExample) -> Tuple:
-    """Identity of an example: its source string and its tree."""
-    return ex.src, ex.heads, ex.deprels
-
-
 def generate_examples(n: int, seed: int = 1, unique: bool = True) -> List[ToyExample]:
     """Return ``n`` examples sampled with ``random.Random(seed)``.
 
@@ -762,66 +633,45 @@ def generate_examples(n: int, seed: int = 1, unique: bool = True) -> List[ToyExa
         raise ValueError("n must be >= 0")
     rng = random.Random(seed)
     out: List[ToyExample] = []
-    seen = set()
+    seen = set()  # (source string, tree) of each example
     attempts = 0
     while len(out) < n:
         attempts += 1
         if attempts > 50 * n + 1000:
-            raise RuntimeError(
-                "could not sample %d distinct sentences (got %d)" % (n, len(out))
-            )
-        ex = _make_example(rng)
-        if unique:
-            key = _key(ex)
-            if key in seen:
-                continue
-            seen.add(key)
-        out.append(ex)
+            raise RuntimeError("could not sample %d distinct sentences (got %d)" % (n, len(out)))
+        ex = _example_from_tree(_Grammar(rng).sentence())
+        if not (unique and (ex.src, ex.heads, ex.deprels) in seen):
+            seen.add((ex.src, ex.heads, ex.deprels))
+            out.append(ex)
     return out
 
 
 def generate_splits(sizes: Dict[str, int], seed: int = 1) -> Dict[str, List[ToyExample]]:
-    """Disjoint splits, e.g. ``generate_splits({"train": 1000, "valid": 100})``.
-
-    All sentences are sampled together and shuffled before they are divided,
-    so every split follows the same distribution.  No (source, tree) pair is
-    in two splits; a source string may be, with different trees.
-    """
+    """Disjoint splits, e.g. ``generate_splits({"train": 1000, "valid": 100})``: all
+    sentences are sampled together and shuffled before they are divided, so every
+    split follows the same distribution; no (source, tree) pair is in two splits."""
     total = sum(sizes.values())
     pool = generate_examples(total, seed=seed, unique=True)
     random.Random(seed + 1).shuffle(pool)
-    out: Dict[str, List[ToyExample]] = {}
-    start = 0
-    for split, size in sizes.items():
-        out[split] = pool[start:start + size]
-        start += size
-    return out
+    ends = itertools.accumulate(sizes.values())
+    return {split: pool[end - size:end] for (split, size), end in zip(sizes.items(), ends)}
 
 
 def detokenize(tokens: Sequence[str]) -> str:
     """Join tokens into running text: no space before ',' and '.'."""
     text = ""
     for t in tokens:
-        if not text:
-            text = t
-        elif t in (",", "."):
-            text += t
-        else:
-            text += " " + t
+        text += t if not text or t in (",", ".") else " " + t
     return text
 
 
 def to_conllu(ex: ToyExample, sent_id: Optional[str] = None) -> str:
     """The source tree of ``ex`` as one CoNLL-U sentence (ends with a blank line)."""
-    lines = []
-    if sent_id is not None:
-        lines.append("# sent_id = %s" % sent_id)
+    lines = [] if sent_id is None else ["# sent_id = %s" % sent_id]
     lines.append("# text = %s" % " ".join(ex.src))
     for i, (form, lemma, upos, head, rel) in enumerate(
-        zip(ex.src, ex.lemmas, ex.upos, ex.heads, ex.deprels), start=1
-    ):
-        lines.append("\t".join(
-            [str(i), form, lemma, upos, "_", "_", str(head), rel, "_", "_"]))
+            zip(ex.src, ex.lemmas, ex.upos, ex.heads, ex.deprels), start=1):
+        lines.append("\t".join([str(i), form, lemma, upos, "_", "_", str(head), rel, "_", "_"]))
     return "\n".join(lines) + "\n\n"
 
 
@@ -830,11 +680,9 @@ def write_split(examples: Sequence[ToyExample], out_dir: str, split: str,
     """Write ``{split}.{src_lang}``, ``{split}.{tgt_lang}`` (one tokenized
     sentence a line) and ``{split}.{src_lang}.conllu``; return their paths."""
     os.makedirs(out_dir, exist_ok=True)
-    paths = {
-        "src": os.path.join(out_dir, "%s.%s" % (split, src_lang)),
-        "tgt": os.path.join(out_dir, "%s.%s" % (split, tgt_lang)),
-        "conllu": os.path.join(out_dir, "%s.%s.conllu" % (split, src_lang)),
-    }
+    names = {"src": f"{split}.{src_lang}", "tgt": f"{split}.{tgt_lang}",
+             "conllu": f"{split}.{src_lang}.conllu"}
+    paths = {key: os.path.join(out_dir, name) for key, name in names.items()}
     with open(paths["src"], "w", encoding="utf-8") as fs, \
             open(paths["tgt"], "w", encoding="utf-8") as ft, \
             open(paths["conllu"], "w", encoding="utf-8") as fc:
@@ -849,10 +697,8 @@ def write_corpus(out_dir: str, train: int, valid: int, test: int, seed: int = 1,
                  src_lang: str = "en", tgt_lang: str = "de") -> Dict[str, Dict[str, str]]:
     """Generate disjoint train/valid/test splits and write them to ``out_dir``."""
     splits = generate_splits({"train": train, "valid": valid, "test": test}, seed=seed)
-    return {
-        split: write_split(exs, out_dir, split, src_lang, tgt_lang)
-        for split, exs in splits.items()
-    }
+    return {split: write_split(exs, out_dir, split, src_lang, tgt_lang)
+            for split, exs in splits.items()}
 
 
 def cli_main(argv: Optional[Sequence[str]] = None) -> None:
@@ -862,9 +708,8 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> None:
         "with CoNLL-U dependency trees of the source side.",
     )
     parser.add_argument("--out", required=True, help="output directory")
-    parser.add_argument("--train", type=int, default=2000)
-    parser.add_argument("--valid", type=int, default=200)
-    parser.add_argument("--test", type=int, default=200)
+    for split, size in (("train", 2000), ("valid", 200), ("test", 200)):
+        parser.add_argument("--" + split, type=int, default=size)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--src-lang", default="en")
     parser.add_argument("--tgt-lang", default="de")

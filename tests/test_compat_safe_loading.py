@@ -187,7 +187,7 @@ def test_broadcast_globals_are_not_allowed_for_files(tmp_path):
         from fairseq.distributed import utils as du
         names = {str(g) for g in torch.serialization.get_safe_globals()}
         assert not any("DictConfig" in n or "_TensorPlaceholder" in n for n in names), names
-        assert getattr(du._broadcast_object_slow, "__fairseq_posattn_scoped__", False)
+        assert hasattr(du._broadcast_object_slow, "__wrapped__")  # allows them while it runs
         torch.save({"cfg": OmegaConf.create({"a": 1})}, sys.argv[1])
         try:
             torch.load(sys.argv[1])

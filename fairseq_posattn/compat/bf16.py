@@ -1,25 +1,17 @@
 """``--bf16`` on GPUs and CPUs, as fairseq's help promises for TPUs only.
 
-fairseq 0.12 (``fairseq.options.parse_args_and_arch``, and fairseq-fixed
-0.12.3.1) turns ``--tpu`` on whenever ``--bf16`` or
-``--memory-efficient-bf16`` is given, so every command line with ``--bf16``
-stops in ``fairseq.utils.get_tpu_device`` on a machine without ``torch_xla``.
-The trainer itself handles bf16 on any device (it casts the model, the
-criterion and the floating-point inputs); only the implied TPU is wrong.
-Hydra configs are not affected: there ``common.tpu`` is what the config says.
+fairseq 0.12's ``parse_args_and_arch`` (and fairseq-fixed 0.12.3.1's) turns
+``--tpu`` on for ``--bf16`` or ``--memory-efficient-bf16``, so such a command
+stops in ``get_tpu_device`` without ``torch_xla``, although the trainer handles
+bf16 on any device.  :func:`install` wraps ``override_module_args`` (the first
+step of ``convert_namespace_to_omegaconf``, which every command runs): a
+namespace with ``bf16`` and ``tpu`` whose command line did not ask for
+``--tpu`` gets ``tpu`` off.  Hydra configs keep what they say.
 
-:func:`install` wraps ``fairseq.dataclass.utils.override_module_args``, the
-first step of ``convert_namespace_to_omegaconf``, which every fairseq command
-runs on its parsed namespace.  When the namespace has ``bf16`` and ``tpu`` but
-the command line did not ask for ``--tpu``, ``tpu`` is turned off; an explicit
-``--tpu`` is kept.  Where fairseq does not imply the TPU, nothing changes.
-
-``fairseq-generate`` and ``fairseq-interactive`` cast the models to fp16 for
-``--fp16`` but ignore ``--bf16``; the same install casts them to bfloat16 in
-``prepare_for_inference_`` when the decoding command asked for ``--bf16`` (a
-decoding command's config names its checkpoints, ``common_eval.path``; the
-training config that ``from_pretrained`` passes does not, and the hub keeps
-float32 as it does for fp16-trained models).
+fairseq-generate and fairseq-interactive cast the models for ``--fp16`` but
+ignore ``--bf16``: ``prepare_for_inference_`` casts them to bfloat16 when a
+decoding command (its config names checkpoints, ``common_eval.path``) asked for
+``--bf16``; the hub keeps float32, as it does for fp16-trained models.
 """
 
 import functools

@@ -1,34 +1,21 @@
 """Refuse a damaged checkpoint before torch unpickles it.
 
-``torch.save`` writes a zip archive with a CRC-32 per member (the pickled
-state ``data.pkl``, one member per tensor storage, a few records), but
-``torch.load`` does not check them (torch 2.13's reader is built without
-miniz's CRC checks): a checkpoint damaged inside a tensor loads without a
-word and translates differently; a truncated one fails with torch's
-"PytorchStreamReader failed reading zip archive" and an empty one with a bare
-``EOFError``, neither naming the file.
+``torch.save`` writes a zip archive with a CRC-32 per member, but
+``torch.load`` (torch 2.13) does not check them: a checkpoint damaged inside a
+tensor loads without a word, and a truncated or empty one fails without
+naming the file.  :func:`verify_checkpoint` reads the archive's directory with
+``zipfile``, checks that every entry is one torch reads as written, finds each
+member's bytes where torch's own reader (``torch._C.PyTorchFileReader``) finds
+them and compares their CRC-32 (in threads, over a memory map) with the
+directory's; it raises :class:`~fairseq_posattn.errors.DamagedCheckpointError`
+naming the file and what is wrong.  Torch's legacy (non-zip) format and
+archives saved after ``set_crc32_options(False)`` carry no checksums: they
+load with a warning naming the file.
 
-:func:`verify_checkpoint` reads the archive's directory with ``zipfile``,
-checks that every entry is one torch reads as written (stored, not a folder,
-its local header naming the same member), finds each member's bytes where
-the reader of ``torch.load`` (``torch._C.PyTorchFileReader``, which applies
-its own checks to the directory) finds them, and compares their CRC-32
-(computed in threads over a memory map of the file) with the directory's.  It
-raises :class:`~fairseq_posattn.errors.DamagedCheckpointError` naming the
-file and what is wrong: empty, truncated (no end record), a member that
-fails a check (named, with what it holds), or not a torch checkpoint.  Two
-kinds of file carry no checksums and are loaded with a warning naming the
-file: torch's legacy (non-zip) format, written by torch < 1.6 or with
-``_use_new_zipfile_serialization=False``, and archives written after
-``torch.serialization.set_crc32_options(False)`` (every CRC-32 is 0).
-
-:func:`install` wraps fairseq's ``checkpoint_utils.load_checkpoint_to_cpu``,
-through which fairseq-generate, fairseq-interactive, the hub's
-``from_pretrained``, ``load_model_ensemble*`` and resuming fairseq-train
-(``Trainer.load_checkpoint``) read checkpoints, so that a local file is
-verified first (a path that fairseq's ``PathManager`` fetches from elsewhere
-is not).  It does so only where ``torch.load`` takes a damaged tensor
-without an error.  ``fairseq-posattn-average-checkpoints`` calls
+:func:`install` wraps fairseq's ``checkpoint_utils.load_checkpoint_to_cpu``
+(fairseq-generate, -interactive, the hub, ``load_model_ensemble*``, resuming
+fairseq-train), where ``torch.load`` takes a damaged tensor, so that a local
+file is verified first; ``fairseq-posattn-average-checkpoints`` calls
 :func:`verify_checkpoint` itself.
 """
 
@@ -41,7 +28,6 @@ import pickle
 import zipfile
 import zlib
 from concurrent.futures import ThreadPoolExecutor
-from typing import Optional
 
 from ..errors import DamagedCheckpointError
 from .patching import wrap_once
@@ -81,26 +67,19 @@ def _damaged(path: str, problem: str) -> DamagedCheckpointError:
     return DamagedCheckpointError("%s: %s. %s" % (path, problem, _HINT), path)
 
 
-def _entry_problem(member: zipfile.ZipInfo) -> Optional[str]:
-    """What in a member's directory entry would make torch read other bytes than
-    the stored ones (torch writes every member stored, as a file)."""
-    if member.compress_type != zipfile.ZIP_STORED or member.compress_size != member.file_size:
-        return "its directory entry is damaged (not stored as torch stores members)"
-    if member.is_dir() or member.external_attr & _DOS_DIRECTORY:
-        return "its directory entry is damaged (marked as a folder)"
-    return None
-
-
 def _damaged_member(path: str, member: zipfile.ZipInfo, problem: str) -> DamagedCheckpointError:
     return _damaged(path, "the checkpoint is damaged in member %s (%s, %d bytes): %s"
                     % (member.filename, _member_kind(member.filename), member.file_size, problem))
 
 
 def _locate(path: str, archive: zipfile.ZipFile, reader, member: zipfile.ZipInfo) -> int:
-    """Where torch's ``reader`` finds the bytes of ``member``, unless its entry or
-    local header is damaged."""
-    problem = _entry_problem(member)
-    if problem is None:
+    """Where torch's ``reader`` finds the bytes of ``member``, unless its entry
+    (torch writes every member stored, as a file) or local header is damaged."""
+    if member.compress_type != zipfile.ZIP_STORED or member.compress_size != member.file_size:
+        problem = "its directory entry is damaged (not stored as torch stores members)"
+    elif member.is_dir() or member.external_attr & _DOS_DIRECTORY:
+        problem = "its directory entry is damaged (marked as a folder)"
+    else:
         try:
             archive.open(member).close()  # its local header matches the entry
             return reader.get_record_offset(member.filename.split("/", 1)[1])

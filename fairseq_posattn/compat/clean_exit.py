@@ -1,24 +1,18 @@
 """Stop fairseq's data-loading threads before the interpreter exits.
 
-fairseq's ``BufferedIterator`` (every training, validation and decoding
-iterator while ``--data-buffer-size`` > 0; the default is 10) collates batches
-ahead in a daemon thread, ``BackgroundConsumer``, that nothing stops: a run
-that ends before its iterator is spent (``--max-update`` in mid-epoch, an
-error) leaves it collating or waiting for room in its queue.  CPython before
-3.14 ends a daemon thread that wakes during interpreter shutdown with
-``pthread_exit``; inside a torch operator, which takes the GIL back in a C++
-destructor that must not unwind, that calls ``std::terminate``: the process
-prints "terminate called without an active exception" and exits with 134
-after a run that finished.  It needs the shutdown to meet the thread inside
-torch, which a loaded machine makes likelier; a heavier collater (the
-structure of :mod:`fairseq_posattn.data.tree_dataset`) does too.
-
-:func:`install` gives every consumer a stop flag, read between batches, and
-an exit handler that raises it, empties the consumers' queues (so that a
-waiting one wakes) and joins them while the interpreter still runs.
+fairseq's ``BufferedIterator`` (whenever ``--data-buffer-size`` > 0, the
+default) collates batches ahead in a daemon thread, ``BackgroundConsumer``,
+that nothing stops when a run ends before its iterator is spent.  CPython
+before 3.14 ends a daemon thread that wakes during shutdown with
+``pthread_exit``; inside a torch operator that calls ``std::terminate``, and a
+run that finished exits with 134 ("terminate called without an active
+exception").  :func:`install` gives every consumer a stop flag, read between
+batches, and an exit handler that raises it, empties the consumers' queues (so
+that a waiting one wakes) and joins them while the interpreter still runs.
 """
 
 import atexit
+import contextlib
 import functools
 import logging
 import queue
@@ -50,11 +44,9 @@ def _stopping_at_exit(init):
 
 
 def _empty(buffer: queue.Queue) -> None:
-    try:
+    with contextlib.suppress(queue.Empty):
         while True:
             buffer.get_nowait()
-    except queue.Empty:
-        pass
 
 
 def stop_consumers() -> None:

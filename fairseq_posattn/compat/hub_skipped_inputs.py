@@ -1,18 +1,12 @@
 """Keep the hub's outputs in the places of its inputs when it skips some.
 
 fairseq 0.12's ``GeneratorHubInterface.generate`` (and fairseq-fixed
-0.12.3.1's) with ``skip_invalid_size_inputs=True`` leaves out the inputs
-longer than the model's positions and returns the outputs of the others,
-closed up: ``translate(lines, skip_invalid_size_inputs=True)`` on three lines
-whose middle one is too long returns two translations, and line 2 gets line
-3's (``verbose=True`` logs them beside the wrong sources too).
-
-:func:`install` wraps ``generate`` where it closes up its outputs: the
-inputs that the task's size filter leaves out are found first (the rule and
-the fairseq warning of ``get_batch_iterator``), the others are decoded, and
-each skipped input gets an empty list of hypotheses in its place, with a
-warning naming its 0-based index.  ``sample`` (``translate`` calls it) decodes
-an empty list as ``""``.
+0.12.3.1's) with ``skip_invalid_size_inputs=True`` returns the outputs of the
+inputs it kept, closed up: line 2 may get line 3's translation.  :func:`install`
+wraps ``generate`` where it does so: the inputs the task's size filter leaves
+out are found first, the others are decoded, and each skipped input gets an
+empty list of hypotheses in its place (``""`` from ``sample``/``translate``),
+with a warning naming its 0-based index.
 """
 
 import functools

@@ -1,16 +1,11 @@
 """The plugin's model options through ``fairseq-hydra-train``.
 
-fairseq 0.12's legacy Transformer (``TransformerModel.build_model``, also in
-fairseq-fixed 0.12.3.1) turns its arguments into a ``TransformerConfig`` with
-``TransformerConfig.from_namespace``.  From an argparse namespace that keeps
-every argument the dataclass does not declare (a plugin's options among
-them); from the omegaconf ``DictConfig`` that ``fairseq-hydra-train`` passes,
-it keeps only the declared fields, so an architecture built on fairseq's
-Transformer loses its own options and fails (here: the encoder's recurrent
-options arrive as None).
-
-:func:`install` wraps ``from_namespace`` where it drops a ``DictConfig``'s
-undeclared keys, and copies them over as it copies a namespace's.
+fairseq 0.12's legacy Transformer (and fairseq-fixed 0.12.3.1's) builds a
+``TransformerConfig`` with ``from_namespace``, which keeps an argparse
+namespace's undeclared arguments but drops those of the ``DictConfig`` that
+fairseq-hydra-train passes, so the plugin's options arrive as None.
+:func:`install` wraps ``from_namespace`` where it drops them, and copies them
+over as it copies a namespace's.
 """
 
 from .patching import wrap_once

@@ -1,24 +1,15 @@
 """Checkpoints keep how they read their input on fairseq's training and hub routes.
 
 fairseq 0.12 (and fairseq-fixed 0.12.3.1) sets a resumed ``fairseq-train`` run
-up from its command line alone: a task option the run does not repeat takes
-its default, although the checkpoint was trained with another value.  And
-``from_pretrained(..., task=...)`` (any ``arg_overrides`` of
-``checkpoint_utils.load_model_ensemble_and_task`` with a ``task``) is dropped
-silently: the override reaches only keys inside the config's groups, never
-the task group's name.
-
-:func:`install` wraps two functions:
-
-* ``fairseq.tasks.setup_task``: when ``fairseq-train`` or ``fairseq-hydra-train``
-  sets its task up (in every process of a distributed run), the plugin tasks'
-  input options are first resolved in the run's config against the checkpoint
-  the run resumes
-  (:func:`fairseq_posattn.tasks.input_options.resolve_for_training`), so the
-  checkpoints it saves record them;
-* ``checkpoint_utils.load_model_ensemble_and_task``: a ``task`` override that
-  names another task than the checkpoint's is refused, naming both; the same
-  name is honoured (it is the task fairseq sets up).
+up from its command line alone, so a task option it does not repeat takes its
+default; and ``from_pretrained(..., task=...)`` (a ``task`` in the
+``arg_overrides`` of ``load_model_ensemble_and_task``) is dropped silently.
+:func:`install` wraps ``fairseq.tasks.setup_task``, so that a training run
+(fairseq-train, fairseq-hydra-train, every process) first resolves the plugin
+tasks' input options against the checkpoint it resumes
+(:func:`fairseq_posattn.tasks.input_options.resolve_for_training`), and
+``load_model_ensemble_and_task``, so that a ``task`` override naming another
+task than the checkpoint's is refused, naming both.
 """
 
 import functools

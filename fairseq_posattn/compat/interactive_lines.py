@@ -1,41 +1,17 @@
 """Keep ``fairseq-interactive``'s input lines whole, numbered and translated.
 
-fairseq 0.12's ``fairseq-interactive`` (and fairseq-fixed 0.12.3.1's) builds
-each buffer of input lines into batches in ``fairseq_cli.interactive.make_batches``,
-under the model's ``max_positions``:
-
-* a line with more tokens (after ``--tokenizer``, ``--bpe`` and EOS) than the
-  model's source positions stops the command with fairseq's "Size of sample
-  #0 is invalid" exception, and the lines after it are never translated;
-  ``--truncate-source`` does not apply there (it truncates datasets read from
-  disk);
-* an empty line (or one without tokens) becomes EOS alone and gets a made-up
-  translation without a word;
-* ``--input FILE`` is read with universal newlines: a bare carriage return
-  ends a line, and every later line number shifts (standard input ends lines
-  at line feeds only);
-* ``<pad>``, ``</s>`` or ``<s>`` typed as a word gets the symbol's id
-  (:mod:`.reserved_symbols`).
-
-:func:`install` wraps ``buffered_read`` so that a file's lines end at line
-feeds only, and ``make_batches`` so that each line is encoded once and
-checked before it is batched, with a warning naming the line:
-
-* a carriage return inside it: kept, read as a space between words;
-* reserved symbols' texts: read as ``<unk>``;
-* no tokens: skipped;
-* more tokens than the source positions: with ``--truncate-source``, its
-  first positions - 1 tokens and EOS are translated; without, skipped.
-
-A skipped line gets no ``S-``, ``H-``, ``D-`` or ``P-`` line; the others keep
-their numbers (input line n is ``S-``\\ (n-1)).  Tasks that read input lines
-as fairseq's base task does (``FairseqTask.get_interactive_tokens_and_lengths``:
-``translation``, ``translation_struct``, ...) get this; others keep fairseq's
-behaviour.  The wrapper goes into a ``fairseq_cli.interactive`` that is
-imported before the plugin, as the ``fairseq-interactive`` command and
-``python -m fairseq_cli.interactive`` import it (the plugin comes with
-``--user-dir``); importing that module for nothing would set up the root
-logger on stdout.
+fairseq 0.12's ``fairseq-interactive`` (and fairseq-fixed 0.12.3.1's) stops at
+a line longer than the model's source positions, translates an empty line as
+EOS alone, ends an ``--input`` file's lines at bare carriage returns and reads
+reserved symbols' texts as the symbols.  :func:`install` wraps ``buffered_read``
+so that a file's lines end at line feeds only, and ``make_batches`` so that each
+line is encoded once and checked before it is batched, with a warning naming
+it: a line too long is truncated (``--truncate-source``) or skipped, an empty
+one skipped, and the others keep their numbers (docs/reliability.md, Long and
+odd inputs).  Tasks that read input lines as fairseq's base task does get this.
+The wrapper goes into a ``fairseq_cli.interactive`` imported before the plugin
+(as the command and ``python -m`` import it): importing that module for nothing
+would set up the root logger on stdout.
 """
 
 import functools

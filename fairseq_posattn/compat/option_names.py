@@ -1,24 +1,17 @@
 """The plugin's model and task configs checked on every route, and unknown
 option names refused with the nearest valid one.
 
-``fairseq.models.build_model`` (every task's ``build_model``: fairseq-train,
-fairseq-hydra-train, a checkpoint loaded for fairseq-generate, -interactive or
-the hub) runs a model's architecture functions on its config as it is: a
-config of the plugin's models is checked first
-(:func:`fairseq_posattn.config_check.check_model_config`).
-
-fairseq merges a task's config with the task's dataclass
-(``fairseq.dataclass.utils.merge_with_parent``, called by ``add_defaults`` for
-fairseq-hydra-train and by ``tasks.setup_task``): an unknown key stops with
-OmegaConf's message, which names no valid key; in a checkpoint's saved config
-(``setup_task(..., from_checkpoint=True)``) the unknown key is dropped without
-a word.  :func:`install` checks a config of the plugin's tasks before fairseq
-merges it (:func:`fairseq_posattn.config_check.check_task_config`).
-
-argparse's "unrecognized arguments" names the unknown flag only; the wrapped
-``fairseq.options.parse_args_and_arch`` adds the nearest flag of the parser,
-and for a value after a switch (``--relative-positions maybe``) names the
-switch.
+:func:`install` wraps ``fairseq.models.build_model`` (every route that builds
+a model: fairseq-train, fairseq-hydra-train, a checkpoint loaded by
+fairseq-generate, -interactive or the hub), which runs a model's architecture
+functions on its config as it is, to check a config of the plugin's models
+first (:func:`fairseq_posattn.config_check.check_model_config`); and
+``merge_with_parent`` (``add_defaults``, ``tasks.setup_task``), which stops at
+an unknown task key with no valid name or drops it from a checkpoint's
+config, to check a config of the plugin's tasks first
+(:func:`fairseq_posattn.config_check.check_task_config`).  The wrapped
+``fairseq.options.parse_args_and_arch`` adds to argparse's "unrecognized
+arguments" the nearest flag, or the switch a value follows.
 """
 
 import argparse

@@ -1,29 +1,17 @@
 """Read the texts of fairseq's reserved symbols in raw input as ``<unk>``.
 
-fairseq 0.12's ``Dictionary.encode_line`` (and fairseq-fixed 0.12.3.1's) looks
-every word of a line up in the dictionary, so the words ``<s>``, ``<pad>`` and
-``</s>`` typed in a text get the ids of the beginning-of-sentence, padding and
-end-of-sentence symbols.  A typed ``<pad>`` is then masked out as padding and
-a ``</s>`` ends the sentence inside it; ``translation_struct`` parses the
-other words and lays their trees out around such a column, so a sentence's
-score depends on the sentences batched with it.
-
-These texts are no words of the vocabulary (their entries belong to the
-symbols), so the plugin reads them as the unknown word, as fairseq reads every
-word its dictionary lacks (a typed ``<unk>`` already is), and warns, naming
-where.  It does not refuse them: a web corpus holds ``<s>`` as a markup tag,
-and one such word should not stop a preprocessing run or a translation; the
-line keeps its length, so its tree still fits it.  :func:`install` does this
-where fairseq reads raw text:
-
-* the hub: ``GeneratorHubInterface.binarize`` (``translate``, ``encode``);
-* ``--dataset-impl raw`` (fairseq-generate, fairseq-train):
-  ``IndexedRawTextDataset.read_data``.
-
-``fairseq-interactive`` reads each line through :mod:`.interactive_lines`, and
-``fairseq-posattn-preprocess`` binarizes through :func:`binarizing_as_unknown`;
-both use :func:`as_unknown`.  Plain ``fairseq-preprocess`` writes the symbols'
-ids, without a warning.
+fairseq 0.12's ``Dictionary.encode_line`` (and fairseq-fixed 0.12.3.1's) gives
+the words ``<s>``, ``<pad>`` and ``</s>`` typed in a text the symbols' ids: a
+typed ``<pad>`` is masked out as padding, a ``</s>`` ends the sentence inside
+it, and a score depends on the sentences batched with it.  These texts are no
+words of the vocabulary, so the plugin reads them as the unknown word and
+warns, naming where; it does not refuse them (a web corpus holds ``<s>`` as a
+markup tag), and the line keeps its length, so its tree still fits it.
+:func:`install` does this for the hub (``GeneratorHubInterface.binarize``) and
+``--dataset-impl raw`` (``IndexedRawTextDataset.read_data``);
+fairseq-interactive (:mod:`.interactive_lines`) and fairseq-posattn-preprocess
+(:func:`binarizing_as_unknown`) use :func:`as_unknown`.  Plain
+fairseq-preprocess writes the symbols' ids, without a warning.
 """
 
 import contextlib
@@ -84,6 +72,7 @@ def binarizing_as_unknown(paths: Sequence[str]):
         _warn_lines(path, reserved_lines(path, Dictionary()), reserved_texts(Dictionary()))
 
     def binarizer(vocab, **kwargs):
+        # a partial of a module function: --workers pickles the binarizer to its processes
         tokenize = functools.partial(_tokenize_as_unknown, dictionary=vocab)
         return VocabularyDatasetBinarizer(vocab, tokenize=tokenize, **kwargs)
 
