@@ -13,13 +13,8 @@ from fairseq.models import BaseFairseqModel
 from fairseq.models.transformer import TransformerModel
 
 from .encoder import PositionAwareEncoder
-from .transformer_posattn import (
-    PositionAwareTransformerModel,
-    add_options,
-    check_encoder_options,
-    check_every_parameter_gets_a_gradient,
-    keep_encoder_layers,
-)
+from .transformer_posattn import (PositionAwareTransformerModel, add_options, check_encoder_options,
+                                  keep_encoder_layers)
 
 # the head name fairseq's sentence_prediction criterion asks for by default
 HEAD_NAME = "sentence_classification_head"
@@ -66,7 +61,6 @@ class PositionAwareEncoderModel(BaseFairseqModel):
         flags before it builds the encoder: refuse those the encoder cannot
         honour, and keep ``--encoder-layers-to-keep`` layers."""
         check_encoder_options(args)
-        check_every_parameter_gets_a_gradient(args)
         keep_encoder_layers(args)
 
     @classmethod
