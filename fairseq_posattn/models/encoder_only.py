@@ -28,10 +28,6 @@ DECODER_ONLY = {
 }
 
 
-def is_decoder_flag(dest: str) -> bool:
-    return dest.startswith("decoder_") or dest.startswith("no_decoder_") or dest in DECODER_ONLY
-
-
 class PositionAwareEncoderModel(BaseFairseqModel):
     """A :class:`PositionAwareEncoder` plus a task-specific head (subclasses)."""
 
@@ -51,7 +47,7 @@ class PositionAwareEncoderModel(BaseFairseqModel):
         TransformerModel.add_args(full)
         group = parser.add_argument_group("encoder")
         for action in full._actions:
-            if not is_decoder_flag(action.dest):
+            if not (action.dest.startswith(("decoder_", "no_decoder_")) or action.dest in DECODER_ONLY):
                 group._add_action(action)
         add_options(group, cls.option_groups)
 
