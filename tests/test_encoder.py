@@ -381,9 +381,9 @@ def test_structure_archs_build_the_papers_best_row():
     big = parse("transformer_struct_big")
     for name in ("encoder_embed_dim", "encoder_attention_heads", "encoder_ffn_embed_dim", "encoder_layers"):
         delattr(big, name)
-    from fairseq_posattn.models.transformer_posattn import transformer_struct_big
+    from fairseq.models import ARCH_CONFIG_REGISTRY
 
-    transformer_struct_big(big)
+    ARCH_CONFIG_REGISTRY["transformer_struct_big"](big)
     assert (big.encoder_embed_dim, big.encoder_attention_heads, big.dropout) == (1024, 16, 0.3)
     assert big.structural_relative_positions and big.structural_position_embedding == "fuse"
 

@@ -19,10 +19,8 @@ SCORES = ("precision", "recall", "f1")
 
 @dataclass
 class RelationClassificationCriterionConfig(FairseqDataclass):
-    classification_head_name: str = field(
-        default="sentence_classification_head",
-        metadata={"help": "name of the classification head to use"},
-    )
+    classification_head_name: str = field(default="sentence_classification_head",
+                                          metadata={"help": "name of the classification head to use"})
 
 
 @register_criterion("relation_classification", dataclass=RelationClassificationCriterionConfig)
@@ -33,11 +31,8 @@ class RelationClassificationCriterion(FairseqCriterion):
         self.negative_class = task.negative_class()
 
     def forward(self, model, sample, reduce=True):
-        logits, _ = model(
-            **sample["net_input"],
-            features_only=True,
-            classification_head_name=self.classification_head_name,
-        )
+        logits, _ = model(**sample["net_input"], features_only=True,
+                          classification_head_name=self.classification_head_name)
         targets = model.get_targets(sample, [logits]).view(-1)
         loss = F.cross_entropy(logits.float(), targets, reduction="sum")
         predicted = logits.argmax(dim=-1)
@@ -59,12 +54,8 @@ class RelationClassificationCriterion(FairseqCriterion):
         for key in COUNTS:
             metrics.log_scalar_sum(key, sum(log.get(key, 0) for log in logging_outputs))
         for index, key in enumerate(SCORES):
-            metrics.log_derived(
-                key,
-                lambda meters, index=index: round(
-                    100 * micro_scores(*(meters[c].sum for c in COUNTS))[index], 2
-                ),
-            )
+            metrics.log_derived(key, lambda meters, index=index: round(
+                100 * micro_scores(*(meters[c].sum for c in COUNTS))[index], 2))
 
     @staticmethod
     def logging_outputs_can_be_summed() -> bool:

@@ -10,6 +10,7 @@ from fairseq.logging import metrics
 
 from ..metrics import COUNTS, tagging_accuracies, tagging_counts
 
+
 @register_criterion("tagging_cross_entropy")
 class TaggingCrossEntropyCriterion(FairseqCriterion):
     """Cross-entropy summed over the words of a batch; the sample size is the
@@ -42,16 +43,9 @@ class TaggingCrossEntropyCriterion(FairseqCriterion):
         for key in COUNTS:
             metrics.log_scalar_sum("_" + key, total(key))
         for name in ("accuracy", "oov_accuracy", "ambiguous_accuracy"):
-            metrics.log_derived(name, _derived(name), priority=30)
+            metrics.log_derived(name, lambda meters, name=name: round(
+                tagging_accuracies({key: meters["_" + key].sum for key in COUNTS})[name], 2), priority=30)
 
     @staticmethod
     def logging_outputs_can_be_summed() -> bool:
         return True
-
-
-def _derived(name):
-    def compute(meters):
-        counts = {key: meters["_" + key].sum for key in COUNTS}
-        return round(tagging_accuracies(counts)[name], 2)
-
-    return compute

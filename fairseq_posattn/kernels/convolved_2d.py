@@ -1,18 +1,11 @@
 """The 2d convolved attention around its convolution in Triton kernels.
 
 Dufter, Schmitt & Schütze (2020), Sec. 2.5: ``A' = ReLU(conv(softmax(A)))``
-with one 3x3 filter and bias per head, computed as
+with one 3x3 filter and bias per head, masked and dropped out as
 :class:`..modules.convolved_attention.ConvolvedAttention2d` and the attention
-layer's explicit path compute it: padded keys at float32's most negative
-logit before the softmax, rows and columns of padded tokens zeroed before the
-convolution ("same" zero padding), padded key columns zeroed after the ReLU,
-then the attention dropout.
-
-Two kernels run the forward (the masked softmax, kept for the backward; the
-convolution, ReLU, mask and dropout) and two the backward (the convolution
-output's gradient, each program's share of the filter's gradients in its
-own slot; the transposed convolution and the softmax's backward), float32
-inside, the dropout mask regenerated from its Philox seed.  They take the
+layer's explicit path do it.  Two kernels run the forward (the masked
+softmax, kept for the backward; the convolution, ReLU, mask and dropout) and
+two the backward (docs/architectures.md), float32 inside.  They take the
 convolution as a :class:`Convolution` of Triton functions, so the 1d
 candidate (:mod:`.candidates.convolved_1d`) runs in them too.
 """

@@ -1,17 +1,15 @@
 """Which code computes the encoder's self-attention and its ON-LSTM
 recurrence, decided here and nowhere else.
 
-:data:`KERNELS` is the one table of kernels.  The choices of
-``--encoder-attention-kernel`` and ``--encoder-recurrent-kernel``
-(:data:`OPTIONS`), their help (:func:`help_text`), the build log's lines
+:data:`KERNELS` is the one table of kernels: the flags' choices
+(:data:`OPTIONS`) and help (:func:`help_text`), the build log's lines
 (:func:`describe`) and the manual's tables (``python -m
 fairseq_posattn.kernels``) come from it.  :func:`check` refuses, when a layer
-is built, an option that cannot run here or cannot compute the layer, and
-names the CHANGELOG entry of a removed one; per call,
-:func:`attention_kernel` and :func:`recurrent_kernel` pick the kernel.  The
-candidates (:data:`CANDIDATES`, code in :mod:`.candidates`) wait for a
-measurement: no flag value asks for them, only :func:`.candidates.use` puts
-one in a layer's ``kernel``.
+is built, an option that cannot run here or compute the layer (a removed one
+with its CHANGELOG entry); per call, :func:`attention_kernel` and
+:func:`recurrent_kernel` pick the kernel.  The :data:`CANDIDATES` (code in
+:mod:`.candidates`) wait for a measurement: no flag value asks for them,
+only :func:`.candidates.use` puts one in a layer's ``kernel``.
 """
 
 import argparse

@@ -11,7 +11,7 @@ products are ``mm``/``addmm``.
 """
 
 import logging
-from typing import List, Tuple
+from typing import List
 
 import torch
 from torch import Tensor
@@ -61,11 +61,6 @@ def direction_matmuls(x: List[Tensor], w: List[Tensor], packed: List[Tensor]) ->
     return [torch.ops.mkldnn._linear_pointwise(x[d], packed[d], None, "none", [None], "") for d in range(len(x))]
 
 
-def _torch_release() -> Tuple[int, int]:
-    major, minor = torch.__version__.split(".")[:2]
-    return int(major), int(minor)
-
-
 _PROBE: dict = {}
 
 
@@ -92,6 +87,7 @@ def applies(w: Tensor) -> bool:
     built and enabled (``torch.backends.mkldnn.flags(enabled=False)`` turns
     them off), a torch release in :data:`ONEDNN_TESTED_TORCH`, and the probe worked."""
     first, last = ONEDNN_TESTED_TORCH
+    release = tuple(int(part) for part in torch.__version__.split(".")[:2])
     return (w.device.type == "cpu" and w.dtype == torch.float32
             and torch.backends.mkldnn.is_available() and bool(torch.backends.mkldnn.enabled)
-            and first <= _torch_release() <= last and _onednn_works())
+            and first <= release <= last and _onednn_works())

@@ -5,15 +5,14 @@ its buffers, its step offsets and the weight gradients computed after the
 loop.  A fast path is a :class:`PackedRecurrence`.
 """
 
+import itertools
 from typing import Callable, List, NamedTuple, Optional, Tuple
 
 import torch
 from torch import Tensor
 
-__all__ = [
-    "PackedRecurrence", "direction_weight_grads", "gate_buffers", "packed_layout", "recurrent_weight_grad",
-    "state_buffers", "step_starts",
-]
+__all__ = ["PackedRecurrence", "direction_weight_grads", "gate_buffers", "packed_layout", "recurrent_weight_grad",
+           "state_buffers", "step_starts"]
 
 
 def packed_layout(lengths: Tensor, reverse: Optional[Tensor], seq_len: int,
@@ -80,12 +79,7 @@ def state_buffers(xs: Tensor, batch_sizes: List[int], hidden: int, save: bool,
 
 def step_starts(batch_sizes: List[int]) -> List[int]:
     """First packed row of each step."""
-    starts: List[int] = []
-    start = 0
-    for n in batch_sizes:
-        starts.append(start)
-        start += n
-    return starts
+    return list(itertools.accumulate(batch_sizes[:-1], initial=0)) if batch_sizes else []
 
 
 def recurrent_weight_grad(hs: Tensor, grad_xg: List[Tensor], w_hh: Tensor, batch_sizes: List[int]) -> Tensor:

@@ -17,10 +17,8 @@ from torch import Tensor
 from .onlstm_packed import gate_buffers, recurrent_weight_grad, state_buffers, step_starts
 from .triton_common import triton
 
-__all__ = [
-    "backward_steps", "forward_steps", "gate_gradient_buffer", "onlstm_backward", "onlstm_forward", "tile_shape",
-    "weight_gradient",
-]
+__all__ = ["backward_steps", "forward_steps", "gate_gradient_buffer", "onlstm_backward", "onlstm_forward",
+           "tile_shape", "weight_gradient"]
 
 
 if triton is not None:
@@ -227,9 +225,8 @@ def forward_steps(xg: Tensor, acts: Tensor, cells: Tensor, out: Tensor, w_hh: Te
     :func:`.onlstm_packed.state_buffers` (the input projections ``xg`` already in)."""
     num_dir = xg.size(0)
     shape = tile_shape(hidden, chunk_size)
-    start = 0
     prev = 0
-    for t, n in enumerate(batch_sizes):
+    for t, (start, n) in enumerate(zip(step_starts(batch_sizes), batch_sizes)):
         stop = start + n
         rec = torch.bmm(out[:, prev : prev + n], w_hh) if t > 0 else xg
         c_new = cells[:, start:stop] if save else cells[:, :n]
@@ -241,7 +238,6 @@ def forward_steps(xg: Tensor, acts: Tensor, cells: Tensor, out: Tensor, w_hh: Te
             HAS_PREV=t > 0, SAVE=save, **shape,
         )
         prev = start
-        start = stop
 
 
 def onlstm_forward(

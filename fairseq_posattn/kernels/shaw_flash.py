@@ -7,20 +7,15 @@ positions (sequential, and Wang et al. 2019's structural positions)::
     z_i  = sum_j p~_ij (v_j + sum_s a^V_s[b_s(i, j)])                      (Eq. 3)
 
 with ``b_s(i, j)`` the clipped relative position of set ``s`` as a row of
-its ``2k+1``-row tables, ``p = softmax(e)`` over the keys (padded keys at
-float32's most negative value, as on the explicit path) and ``p~`` the
-probabilities after dropout.
-
-The forward walks the keys block by block with an online softmax (Dao et
-al. 2022), the key term ``q_i . A^K_s^T`` per table row gathered by the
-buckets; each query row keeps its dropped probability mass per bucket
-(``[BLOCK_M, 2k+1]``) for the value tables.  Nothing ``[B, H, T, T]`` is
-kept: the backward recomputes the probabilities from each row's maximum and
-normaliser and the dropout mask from its Philox seed, one kernel over query
-blocks (``dq``, the tables' gradients in a slot per program, summed after:
-no atomics), one over key blocks (``dk``, ``dv``).  Logits, softmax and
-bucket masses are float32 in every precision; float32 matmuls follow
-``torch.backends.cuda.matmul.allow_tf32``.
+its ``2k+1``-row tables, ``p = softmax(e)`` (padded keys at float32's most
+negative value, as on the explicit path) and ``p~`` after dropout.  The
+forward is an online softmax over key blocks (Dao et al. 2022) that keeps
+each query row's dropped probability mass per bucket for the value tables;
+the backward recomputes ``p`` from each row's maximum and normaliser and
+the dropout mask from its Philox seed, one kernel over query blocks (``dq``,
+the tables' gradients in a slot per program: no atomics) and one over key
+blocks (``dk``, ``dv``); docs/architectures.md.  Logits, softmax and bucket
+masses are float32 in every precision.
 """
 
 from typing import List, Optional, Sequence, Tuple
@@ -293,7 +288,6 @@ if triton is not None:
         offsets = base + cols[:, None] * stride_t + dims[None, :]
         tl.store(DK + offsets, (dk * scale).to(DK.dtype.element_ty), mask=mask)
         tl.store(DV + offsets, dv.to(DV.dtype.element_ty), mask=mask)
-
 
 
 def shaw_pairs(score_terms: Sequence[nn.Module], value_terms: Sequence[nn.Module]

@@ -9,12 +9,7 @@ import torch
 from fairseq.distributed import fsdp_wrap
 from fairseq.models import FairseqEncoder
 from fairseq.models.transformer import TransformerConfig, TransformerEncoderBase
-from fairseq.modules import (
-    FairseqDropout,
-    LayerDropModuleList,
-    LayerNorm,
-    PositionalEmbedding,
-)
+from fairseq.modules import FairseqDropout, LayerDropModuleList, LayerNorm, PositionalEmbedding
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from fairseq.modules.quant_noise import quant_noise as apply_quant_noise
 from torch import nn
@@ -35,12 +30,10 @@ logger = logging.getLogger(__name__)
 
 
 def update_batch_norm_statistics_once(layer: nn.Module) -> None:
-    """Under fairseq's ``checkpoint_wrapper`` a training forward runs twice:
-    without gradients, then again in the backward.  As fairscale's
-    ``patch_batchnorm`` does for its checkpointing (fairseq's has no such
-    patch), the layer's batch normalisations leave their running statistics
-    alone in the pass without gradients, so that they move once per step, as
-    without checkpointing."""
+    """Under fairseq's ``checkpoint_wrapper`` a training forward runs twice
+    (without gradients, then in the backward): the layer's batch
+    normalisations skip their running statistics in the first, so that they
+    move once per step (as fairscale's ``patch_batchnorm`` does)."""
 
     def pause(norm, inputs):
         if not torch.is_grad_enabled():
@@ -65,27 +58,17 @@ class PositionAwareEncoder(FairseqEncoder):
     ``TransformerEncoderBase`` (with every option off it computes the same
     function and loads the same state dict).  Inside, the batch is right-padded
     so that column ``j`` is token position ``j`` for every term and every
-    recurrent layer starts at a sentence's first token; outputs are returned
-    in the caller's padding layout.
-
-    With recurrent layers, position embeddings (if any) enter the
-    self-attention stack: at the embedding when it comes first, at the
-    output of the recurrent stack when that comes first.  fairseq's per-layer
-    flags act on both kinds of layer: LayerDrop, activation checkpointing
-    and offloading, quant noise.
+    recurrent layer starts at a sentence's first token.  Position embeddings
+    (if any) enter the self-attention stack: at the embedding, or at the
+    recurrent stack's output when that comes first.  fairseq's per-layer
+    flags act on both kinds of layer.
     """
 
     # the output dictionary has fairseq's layout, so fairseq's reordering applies
     reorder_encoder_out = TransformerEncoderBase.reorder_encoder_out
 
-    def __init__(
-        self,
-        cfg: TransformerConfig,
-        attention_cfg: PositionAttentionConfig,
-        dictionary,
-        embed_tokens: nn.Embedding,
-        recurrence_cfg: Optional[RecurrenceConfig] = None,
-    ):
+    def __init__(self, cfg: TransformerConfig, attention_cfg: PositionAttentionConfig, dictionary,
+                 embed_tokens: nn.Embedding, recurrence_cfg: Optional[RecurrenceConfig] = None):
         super().__init__(dictionary)
         self.cfg = cfg
         self.attention_cfg = attention_cfg
@@ -105,34 +88,23 @@ class PositionAwareEncoder(FairseqEncoder):
             self.embed_depths = DepthEmbedding(embed_dim, cfg.max_source_positions, self.padding_idx)
             if attention_cfg.structural_position_embedding == "fuse" and self.embed_positions:
                 self.position_fusion = PositionFusion(embed_dim)
-        self.layernorm_embedding = (
-            LayerNorm(embed_dim, export=cfg.export) if cfg.layernorm_embedding else None
-        )
+        self.layernorm_embedding = LayerNorm(embed_dim, export=cfg.export) if cfg.layernorm_embedding else None
+        self.quant_noise = None
         if not cfg.adaptive_input and cfg.quant_noise.pq > 0:
-            self.quant_noise = apply_quant_noise(
-                nn.Linear(embed_dim, embed_dim, bias=False),
-                cfg.quant_noise.pq,
-                cfg.quant_noise.pq_block_size,
-            )
-        else:
-            self.quant_noise = None
+            self.quant_noise = apply_quant_noise(nn.Linear(embed_dim, embed_dim, bias=False), cfg.quant_noise.pq,
+                                                 cfg.quant_noise.pq_block_size)
 
         self.layers = self._layer_list()
         self.layers.extend(self.build_encoder_layer(cfg, i) for i in range(cfg.encoder.layers))
         self.num_layers = len(self.layers)
         self.recurrent_layers = self._layer_list()
-        self.recurrent_layers.extend(
-            self.build_recurrent_layer(cfg, recurrence_cfg)
-            for _ in range(recurrence_cfg.encoder_recurrent_layers)
-        )
+        self.recurrent_layers.extend(self.build_recurrent_layer(cfg, recurrence_cfg)
+                                     for _ in range(recurrence_cfg.encoder_recurrent_layers))
         self._log_kernels(attention_cfg, recurrence_cfg)
         # position embeddings enter the self-attention stack (see the class doc)
-        self.positions_after_recurrence = bool(
-            len(self.recurrent_layers) and len(self.layers) and recurrence_cfg.recurrent_first
-        )
-        self.layer_norm = (
-            LayerNorm(embed_dim, export=cfg.export) if cfg.encoder.normalize_before else None
-        )
+        self.positions_after_recurrence = bool(len(self.recurrent_layers) and len(self.layers)
+                                               and recurrence_cfg.recurrent_first)
+        self.layer_norm = LayerNorm(embed_dim, export=cfg.export) if cfg.encoder.normalize_before else None
 
     def _log_kernels(self, attention_cfg: PositionAttentionConfig, recurrence_cfg: RecurrenceConfig) -> None:
         """The build log's lines: what the kernel flags run here (:func:`..kernels.dispatch.describe`)."""
@@ -153,12 +125,7 @@ class PositionAwareEncoder(FairseqEncoder):
         width = cfg.encoder.embed_dim
         if mode == "concat":
             width = attention_cfg.position_concat_dim(width)
-        return PositionalEmbedding(
-            cfg.max_source_positions,
-            width,
-            padding_idx,
-            learned=cfg.encoder.learned_pos,
-        )
+        return PositionalEmbedding(cfg.max_source_positions, width, padding_idx, learned=cfg.encoder.learned_pos)
 
     def _layer_list(self) -> nn.ModuleList:
         """fairseq's LayerDrop (Fan et al. 2019), ``--encoder-layerdrop``: each
@@ -187,15 +154,11 @@ class PositionAwareEncoder(FairseqEncoder):
         its weight matrices (``--quant-noise-pq``, the blocks of fairseq's
         ``quant_noise``), activation checkpointing and FSDP wrapping."""
         embed_dim = cfg.encoder.embed_dim
-        layer = RecurrentLayer(
-            embed_dim,
-            cell=recurrence_cfg.encoder_recurrent_cell,
-            hidden_dim=recurrence_cfg.hidden_dim(embed_dim),
-            bidirectional=not recurrence_cfg.encoder_recurrent_unidirectional,
-            chunk_size=recurrence_cfg.encoder_onlstm_chunk_size,
-            dropout=cfg.dropout,
-            kernel=recurrence_cfg.encoder_recurrent_kernel,
-        )
+        layer = RecurrentLayer(embed_dim, cell=recurrence_cfg.encoder_recurrent_cell,
+                               hidden_dim=recurrence_cfg.hidden_dim(embed_dim),
+                               bidirectional=not recurrence_cfg.encoder_recurrent_unidirectional,
+                               chunk_size=recurrence_cfg.encoder_onlstm_chunk_size, dropout=cfg.dropout,
+                               kernel=recurrence_cfg.encoder_recurrent_kernel)
         quant_noise_on(layer, layer.weight_matrices(), cfg.quant_noise.pq, cfg.quant_noise.pq_block_size)
         return self._wrap_layer(cfg, layer)
 
@@ -229,26 +192,15 @@ class PositionAwareEncoder(FairseqEncoder):
             x = self.quant_noise(x)
         return x, embed
 
-    def forward(
-        self,
-        src_tokens,
-        src_lengths=None,
-        return_all_hiddens: bool = False,
-        token_embeddings=None,
-        src_depths=None,
-        src_structural_positions=None,
-    ):
+    def forward(self, src_tokens, src_lengths=None, return_all_hiddens: bool = False, token_embeddings=None,
+                src_depths=None, src_structural_positions=None):
         """fairseq's ``TransformerEncoderBase`` arguments and output dictionary, plus
         the tree inputs of ``translation_struct``: ``src_depths`` ``[B, T]`` and
         ``src_structural_positions`` ``[B, T, T]`` (key minus query), laid out
         like ``src_tokens``."""
-        if self.attention_cfg.uses_structure() and (
-            src_depths is None or src_structural_positions is None
-        ):
-            raise ValueError(
-                "the structural position options need the dependency trees of the "
-                "source: train and decode with --task translation_struct"
-            )
+        if self.attention_cfg.uses_structure() and (src_depths is None or src_structural_positions is None):
+            raise ValueError("the structural position options need the dependency trees of the "
+                             "source: train and decode with --task translation_struct")
         padding_mask = src_tokens.eq(self.padding_idx)
         has_pads = bool(padding_mask.any())
         order = right_padding_order(padding_mask) if has_pads else None
@@ -280,16 +232,13 @@ class PositionAwareEncoder(FairseqEncoder):
                         x = x + self.dropout_module(positions.transpose(0, 1).type_as(x))
                         if has_pads:
                             x = x.masked_fill(mask.t().unsqueeze(-1), 0.0)
-                for layer in self.layers:
-                    x = layer(x, mask if has_pads else None, context)
-                    if return_all_hiddens:
-                        states.append(x)
+                layers, inputs = self.layers, (mask if has_pads else None, context)
             else:
-                lengths = (~mask).sum(dim=1)
-                for layer in self.recurrent_layers:
-                    x = layer(x, lengths)
-                    if return_all_hiddens:
-                        states.append(x)
+                layers, inputs = self.recurrent_layers, ((~mask).sum(dim=1),)  # the lengths
+            for layer in layers:
+                x = layer(x, *inputs)
+                if return_all_hiddens:
+                    states.append(x)
             outputs[stack] = x
         if self.recurrence_cfg.encoder_shortcut:
             x = outputs["recurrent"] + outputs["attention"]  # Hao et al. (2019), Eq. 10
@@ -307,9 +256,7 @@ class PositionAwareEncoder(FairseqEncoder):
             "encoder_embedding": [encoder_embedding],  # B x T x C
             "encoder_states": states,  # List[T x B x C]
             "src_tokens": [],
-            "src_lengths": [
-                src_tokens.ne(self.padding_idx).sum(dim=1, dtype=torch.int32).reshape(-1, 1)
-            ],
+            "src_lengths": [src_tokens.ne(self.padding_idx).sum(dim=1, dtype=torch.int32).reshape(-1, 1)],
         }
 
     def _stack_order(self):

@@ -13,13 +13,8 @@ from fairseq.models import BaseFairseqModel
 from fairseq.models.transformer import TransformerModel
 
 from .encoder import PositionAwareEncoder
-from .transformer_posattn import (
-    PositionAwareTransformerModel,
-    add_options,
-    check_encoder_options,
-    check_every_parameter_gets_a_gradient,
-    keep_encoder_layers,
-)
+from .transformer_posattn import (PositionAwareTransformerModel, add_options, check_encoder_options,
+                                  keep_encoder_layers)
 
 # the head name fairseq's sentence_prediction criterion asks for by default
 HEAD_NAME = "sentence_classification_head"
@@ -31,10 +26,6 @@ DECODER_ONLY = {
     "adaptive_input", "adaptive_input_factor", "adaptive_input_cutoff", "tie_adaptive_weights",
     "tie_adaptive_proj", "no_cross_attention", "cross_self_attention",
 }
-
-
-def is_decoder_flag(dest: str) -> bool:
-    return dest.startswith("decoder_") or dest.startswith("no_decoder_") or dest in DECODER_ONLY
 
 
 class PositionAwareEncoderModel(BaseFairseqModel):
@@ -56,7 +47,7 @@ class PositionAwareEncoderModel(BaseFairseqModel):
         TransformerModel.add_args(full)
         group = parser.add_argument_group("encoder")
         for action in full._actions:
-            if not is_decoder_flag(action.dest):
+            if not (action.dest.startswith(("decoder_", "no_decoder_")) or action.dest in DECODER_ONLY):
                 group._add_action(action)
         add_options(group, cls.option_groups)
 
@@ -66,7 +57,6 @@ class PositionAwareEncoderModel(BaseFairseqModel):
         flags before it builds the encoder: refuse those the encoder cannot
         honour, and keep ``--encoder-layers-to-keep`` layers."""
         check_encoder_options(args)
-        check_every_parameter_gets_a_gradient(args)
         keep_encoder_layers(args)
 
     @classmethod

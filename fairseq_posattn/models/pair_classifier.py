@@ -2,24 +2,12 @@
 encoder, one relation label (the logical-inference evaluation of Hao et al.
 2019, Sec. 3.3 and Fig. 1).
 
-Both sentences go through the same encoder (in one batch), each is pooled to
-a vector (``--pooling``, max by default), and the classifier reads the usual
-pair features ``[u; v; u*v; |u-v|]`` through ``--classifier-layers`` ReLU
-layers.  The model follows the interface of fairseq's
-``sentence_prediction`` criterion (``classification_heads``, ``forward(...,
-features_only, classification_head_name)`` returning ``(logits, extra)``).
-
-Named architectures (Hao et al. 2019, Fig. 1): "two hidden layers with
-Short-Cut connection in all models", following Tran et al. (2018):
-
-* ``logic_san``: 2 self-attention layers, sinusoidal positions;
-* ``logic_lstm`` / ``logic_onlstm``: 2 (ON-)LSTM layers (each with its
-  residual skip connection), no position embeddings;
-* ``logic_onlstm_san``: 1 ON-LSTM layer, then 1 self-attention layer, and the
-  Eq. 10 short-cut (the hybrid of Hao et al. with two hidden layers).
-
-Recurrent layers are bidirectional (as in the hybrid encoder) unless
-``--encoder-recurrent-unidirectional``.
+Both sentences go through the encoder in one batch and are pooled
+(``--pooling``); ``--classifier-layers`` ReLU layers read ``[u; v; u*v;
+|u-v|]``.  The interface is that of fairseq's ``sentence_prediction``
+criterion.  Named architectures (Fig. 1: two hidden layers with the
+short-cut, after Tran et al. 2018): ``logic_san``, ``logic_lstm``,
+``logic_onlstm``, ``logic_onlstm_san`` (docs/evaluations.md).
 """
 
 from dataclasses import dataclass, field
@@ -46,8 +34,7 @@ class PairClassifierOptions(EncoderOptions):
     classifier_hidden_dim: Optional[int] = field(
         default=None, metadata={"help": "their width (default: --encoder-embed-dim)"})
     classifier_dropout: Optional[float] = field(
-        default=None,
-        metadata={"help": "dropout before each classifier layer (default: --dropout)"})
+        default=None, metadata={"help": "dropout before each classifier layer (default: --dropout)"})
 
 
 class PairClassificationHead(nn.Module):
@@ -81,28 +68,20 @@ class SentencePairClassifier(PositionAwareEncoderModel):
     def build_model(cls, args, task):
         sentence_pair_classifier(args)
         encoder = cls.build_position_aware_encoder(args, task.source_dictionary)
-        head = PairClassificationHead(
-            args.encoder_embed_dim,
-            args.classifier_hidden_dim,
-            task.num_classes(),
-            args.classifier_layers,
-            args.classifier_dropout,
-        )
+        head = PairClassificationHead(args.encoder_embed_dim, args.classifier_hidden_dim, task.num_classes(),
+                                      args.classifier_layers, args.classifier_dropout)
         return cls(encoder, args.pooling, head)
 
     def sentence_vectors(self, premise_tokens, hypothesis_tokens):
         """Pooled encodings ``[B, C]`` of both sentences, from one encoder pass."""
         width = max(premise_tokens.size(1), hypothesis_tokens.size(1))
         pad = self.encoder.padding_idx
-        both = torch.cat(
-            [F.pad(t, (0, width - t.size(1)), value=pad) for t in (premise_tokens, hypothesis_tokens)]
-        )
+        both = torch.cat([F.pad(t, (0, width - t.size(1)), value=pad) for t in (premise_tokens, hypothesis_tokens)])
         states, padding_mask = self.encode(both)
         vectors = POOLING[self.pooling](states, padding_mask)
         return vectors[: premise_tokens.size(0)], vectors[premise_tokens.size(0):]
 
-    def forward(self, premise_tokens, hypothesis_tokens, features_only=True,
-                classification_head_name=None):
+    def forward(self, premise_tokens, hypothesis_tokens, features_only=True, classification_head_name=None):
         """Logits ``[B, classes]`` and an empty dict (``sentence_prediction``'s interface)."""
         u, v = self.sentence_vectors(premise_tokens, hypothesis_tokens)
         head = self.classification_heads[classification_head_name or HEAD_NAME]
@@ -112,13 +91,10 @@ class SentencePairClassifier(PositionAwareEncoderModel):
 @register_model_architecture("sentence_pair_classifier", "sentence_pair_classifier")
 def sentence_pair_classifier(args):
     """d=128, 4 heads, ffn 256, dropout 0.1, 2 self-attention layers, max pooling."""
-    _set_unset(args, dict(
-        encoder_embed_dim=128, encoder_ffn_embed_dim=256, encoder_attention_heads=4,
-        encoder_layers=2, dropout=0.1,
-    ))
+    _set_unset(args, dict(encoder_embed_dim=128, encoder_ffn_embed_dim=256, encoder_attention_heads=4,
+                          encoder_layers=2, dropout=0.1))
     PairClassifierOptions.set_defaults(args)
-    _set_unset(args, dict(classifier_hidden_dim=args.encoder_embed_dim,
-                          classifier_dropout=args.dropout))
+    _set_unset(args, dict(classifier_hidden_dim=args.encoder_embed_dim, classifier_dropout=args.dropout))
     transformer_posattn(args)
 
 
@@ -135,6 +111,4 @@ LOGIC_ROWS = {
 
 
 for _name, _options in LOGIC_ROWS.items():
-    register_model_architecture("sentence_pair_classifier", _name)(
-        _paper_row(_options, base=sentence_pair_classifier)
-    )
+    register_model_architecture("sentence_pair_classifier", _name)(_paper_row(_options, sentence_pair_classifier))

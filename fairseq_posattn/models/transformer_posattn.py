@@ -7,15 +7,11 @@ best row of Wang et al. (2019), Table 1 (``transformer_struct``).
 """
 
 from fairseq.models import register_model, register_model_architecture
-from fairseq.models.transformer import (
-    DEFAULT_MAX_SOURCE_POSITIONS,
-    TransformerConfig,
-    TransformerModel,
-    base_architecture,
-    transformer_vaswani_wmt_en_de_big,
-)
+from fairseq.models.transformer import (DEFAULT_MAX_SOURCE_POSITIONS, TransformerConfig, TransformerModel,
+                                        base_architecture, transformer_vaswani_wmt_en_de_big)
 
 from ..modules.attention_config import PositionAttentionConfig
+from ..modules.quant_noise import check_block_size
 from ..modules.recurrence_config import RecurrenceConfig
 from .encoder import PositionAwareEncoder
 
@@ -28,17 +24,17 @@ def add_options(parser, groups) -> None:
 
 def check_encoder_options(args) -> None:
     """Refuse, at build time, encoder option combinations that cannot work
-    and fairseq encoder flags that the encoder cannot honour."""
+    and fairseq flags that the encoder cannot honour."""
     attention_cfg = PositionAttentionConfig.from_namespace(args)
     attention_cfg.check(
         embed_dim=args.encoder_embed_dim,
-        max_source_positions=getattr(args, "max_source_positions", None)
-        or DEFAULT_MAX_SOURCE_POSITIONS,
+        max_source_positions=getattr(args, "max_source_positions", None) or DEFAULT_MAX_SOURCE_POSITIONS,
         share_all_embeddings=getattr(args, "share_all_embeddings", False),
         learned_pos=getattr(args, "encoder_learned_pos", False),
         no_token_positional_embeddings=getattr(args, "no_token_positional_embeddings", False),
     )
-    block_size = quant_noise_block_size(args)
+    quant_noise_on = (getattr(args, "quant_noise_pq", 0) or 0) > 0
+    block_size = getattr(args, "quant_noise_pq_block_size", 8) if quant_noise_on else 0
     RecurrenceConfig.from_namespace(args).check(
         embed_dim=args.encoder_embed_dim,
         attention_layers=args.encoder_layers,
@@ -48,13 +44,7 @@ def check_encoder_options(args) -> None:
         layers_to_keep=getattr(args, "encoder_layers_to_keep", None),
     )
     check_attention_layer_flags(args, block_size)
-
-
-def quant_noise_block_size(args) -> int:
-    """``--quant-noise-pq-block-size`` when ``--quant-noise-pq`` is on, else 0."""
-    if (getattr(args, "quant_noise_pq", 0) or 0) > 0:
-        return getattr(args, "quant_noise_pq_block_size", 8)
-    return 0
+    check_every_parameter_gets_a_gradient(args)
 
 
 def check_attention_layer_flags(args, block_size: int) -> None:
@@ -74,13 +64,7 @@ def check_attention_layer_flags(args, block_size: int) -> None:
     if args.encoder_layers:
         widths.append(("self-attention layers' second feed-forward layer (--encoder-ffn-embed-dim)",
                        args.encoder_ffn_embed_dim))
-    for weights, width in widths:
-        if block_size and width % block_size:
-            raise ValueError(
-                f"--quant-noise-pq-block-size {block_size} does not divide the {width} input "
-                f"features of the {weights}: fairseq's quant noise drops blocks of that many "
-                f"input features"
-            )
+    check_block_size(block_size, widths)
 
 
 def keep_encoder_layers(args) -> None:
@@ -95,28 +79,17 @@ def keep_encoder_layers(args) -> None:
 
 def check_every_parameter_gets_a_gradient(args) -> None:
     """Refuse LayerDrop under PyTorch's DistributedDataParallel without
-    ``--find-unused-parameters``.
-
-    Every other option combination gives every parameter a gradient in every
-    update (tests/test_distributed.py checks a grid of them).  LayerDrop
-    skips whole layers, whose parameters then get none, and
-    DistributedDataParallel (fairseq's ``--ddp-backend pytorch_ddp``, the
-    default on GPUs) stops at the next update with "Expected to have finished
-    reduction in the prior iteration".  ``legacy_ddp`` fills missing
-    gradients with zeros itself.
-    """
-    dropping = [
-        flag
-        for flag, name in (("--encoder-layerdrop", "encoder_layerdrop"),
-                           ("--decoder-layerdrop", "decoder_layerdrop"))
-        if (getattr(args, name, 0) or 0) > 0
-    ]
-    if (
-        dropping
-        and (getattr(args, "distributed_world_size", 1) or 1) > 1
-        and getattr(args, "ddp_backend", None) in ("c10d", "pytorch_ddp")
-        and not getattr(args, "find_unused_parameters", False)
-    ):
+    ``--find-unused-parameters``: the skipped layers' parameters get no
+    gradient, which it refuses at the next update ("Expected to have finished
+    reduction in the prior iteration").  Every other option combination gives
+    every parameter a gradient (tests/test_distributed.py); ``legacy_ddp``
+    fills missing ones with zeros."""
+    dropping = [flag for flag, name in (("--encoder-layerdrop", "encoder_layerdrop"),
+                                        ("--decoder-layerdrop", "decoder_layerdrop"))
+                if (getattr(args, name, 0) or 0) > 0]
+    if (dropping and (getattr(args, "distributed_world_size", 1) or 1) > 1
+            and getattr(args, "ddp_backend", None) in ("c10d", "pytorch_ddp")
+            and not getattr(args, "find_unused_parameters", False)):
         raise ValueError(
             f"{' and '.join(dropping)} skip whole layers, whose parameters then get no "
             f"gradient, which --ddp-backend {args.ddp_backend} refuses: add "
@@ -141,7 +114,6 @@ class PositionAwareTransformerModel(TransformerModel):
     def build_model(cls, args, task):
         transformer_posattn(args)
         check_encoder_options(args)
-        check_every_parameter_gets_a_gradient(args)
         return super().build_model(args, task)
 
     @classmethod
@@ -149,46 +121,20 @@ class PositionAwareTransformerModel(TransformerModel):
         attention_cfg = PositionAttentionConfig.from_namespace(args)
         if attention_cfg.encoder_position_embedding == "concat":
             # PE[con]: token embeddings fill the width the positions leave
-            width = args.encoder_embed_dim - attention_cfg.position_concat_dim(
-                args.encoder_embed_dim
-            )
+            width = args.encoder_embed_dim - attention_cfg.position_concat_dim(args.encoder_embed_dim)
             embed_tokens = cls.build_embedding(args, src_dict, width, args.encoder_embed_path)
-        return PositionAwareEncoder(
-            TransformerConfig.from_namespace(args),
-            attention_cfg,
-            src_dict,
-            embed_tokens,
-            RecurrenceConfig.from_namespace(args),
-        )
+        return PositionAwareEncoder(TransformerConfig.from_namespace(args), attention_cfg, src_dict, embed_tokens,
+                                    RecurrenceConfig.from_namespace(args))
 
-    def forward(
-        self,
-        src_tokens,
-        src_lengths,
-        prev_output_tokens,
-        return_all_hiddens: bool = True,
-        features_only: bool = False,
-        alignment_layer=None,
-        alignment_heads=None,
-        **tree_inputs,
-    ):
+    def forward(self, src_tokens, src_lengths, prev_output_tokens, return_all_hiddens: bool = True,
+                features_only: bool = False, alignment_layer=None, alignment_heads=None, **tree_inputs):
         """fairseq's forward, passing the tree inputs of ``translation_struct``
         (``src_depths``, ``src_structural_positions``) on to the encoder."""
-        encoder_out = self.encoder(
-            src_tokens,
-            src_lengths=src_lengths,
-            return_all_hiddens=return_all_hiddens,
-            **tree_inputs,
-        )
-        return self.decoder(
-            prev_output_tokens,
-            encoder_out=encoder_out,
-            features_only=features_only,
-            alignment_layer=alignment_layer,
-            alignment_heads=alignment_heads,
-            src_lengths=src_lengths,
-            return_all_hiddens=return_all_hiddens,
-        )
+        encoder_out = self.encoder(src_tokens, src_lengths=src_lengths, return_all_hiddens=return_all_hiddens,
+                                   **tree_inputs)
+        return self.decoder(prev_output_tokens, encoder_out=encoder_out, features_only=features_only,
+                            alignment_layer=alignment_layer, alignment_heads=alignment_heads,
+                            src_lengths=src_lengths, return_all_hiddens=return_all_hiddens)
 
 
 @register_model_architecture("transformer_posattn", "transformer_posattn")
@@ -206,11 +152,8 @@ def fit_source_positions_to_tables(args) -> None:
     the tables could not cover; a larger value given on the command line is
     still refused (:meth:`PositionAttentionConfig.check`)."""
     attention_cfg = PositionAttentionConfig.from_namespace(args)
-    if (
-        getattr(args, "max_source_positions", None) is None
-        and attention_cfg.uses_position_tables()
-        and attention_cfg.interaction_overflow == "error"
-    ):
+    if (getattr(args, "max_source_positions", None) is None and attention_cfg.uses_position_tables()
+            and attention_cfg.interaction_overflow == "error"):
         args.max_source_positions = attention_cfg.interaction_max_len
 
 
@@ -221,43 +164,10 @@ def transformer_posattn_big(args):
     transformer_posattn(args)
 
 
-# Wang et al. (2019), Table 1 row 9 / Table 2 last row: sequential absolute and
-# relative positions, structural absolute (fused) and relative positions, r = 16.
-STRUCTURE_OPTIONS = dict(
-    relative_positions=True,
-    structural_position_embedding="fuse",
-    structural_relative_positions=True,
-)
-
-
-@register_model_architecture("transformer_posattn", "transformer_struct")
-def transformer_struct(args):
-    _set_unset(args, STRUCTURE_OPTIONS)
-    transformer_posattn(args)
-
-
-@register_model_architecture("transformer_posattn", "transformer_struct_big")
-def transformer_struct_big(args):
-    _set_unset(args, STRUCTURE_OPTIONS)
-    transformer_posattn_big(args)
-
-
 def _set_unset(args, options):
     for name, value in options.items():
         if getattr(args, name, None) is None:
             setattr(args, name, value)
-
-
-# Dufter et al. (2020), Table 2: P, R and P+R replace the position embeddings;
-# temperature and the convolutions keep PE[add].
-DUFTER_ROWS = {
-    "transformer_posattn_p": dict(position_interactions="P", encoder_position_embedding="none"),
-    "transformer_posattn_r": dict(position_interactions="R", encoder_position_embedding="none"),
-    "transformer_posattn_pr": dict(position_interactions="PR", encoder_position_embedding="none"),
-    "transformer_posattn_temp": dict(learnable_temperature=True),
-    "transformer_posattn_conv1d": dict(convolved_attention="1d"),
-    "transformer_posattn_conv2d": dict(convolved_attention="2d"),
-}
 
 
 def _paper_row(options, base=transformer_posattn):
@@ -270,9 +180,21 @@ def _paper_row(options, base=transformer_posattn):
     return architecture
 
 
-for _name, _options in DUFTER_ROWS.items():
-    register_model_architecture("transformer_posattn", _name)(_paper_row(_options))
+# Wang et al. (2019), Table 1 row 9 / Table 2 last row: sequential absolute and
+# relative positions, structural absolute (fused) and relative positions, r = 16.
+STRUCTURE_OPTIONS = dict(relative_positions=True, structural_position_embedding="fuse",
+                         structural_relative_positions=True)
 
+# Dufter et al. (2020), Table 2: P, R and P+R replace the position embeddings;
+# temperature and the convolutions keep PE[add].
+DUFTER_ROWS = {
+    "transformer_posattn_p": dict(position_interactions="P", encoder_position_embedding="none"),
+    "transformer_posattn_r": dict(position_interactions="R", encoder_position_embedding="none"),
+    "transformer_posattn_pr": dict(position_interactions="PR", encoder_position_embedding="none"),
+    "transformer_posattn_temp": dict(learnable_temperature=True),
+    "transformer_posattn_conv1d": dict(convolved_attention="1d"),
+    "transformer_posattn_conv2d": dict(convolved_attention="2d"),
+}
 
 # Hao et al. (2019): the hybrid encoder and the rows of its Tables 1 and 2.
 # Position embeddings are off where recurrent layers come first: the
@@ -296,22 +218,16 @@ HAO_ROWS = {
                               encoder_layers=0),
     "transformer_san10": dict(encoder_layers=10),
 }
+# Table 1 rows 7 (base) and 9 (big): 3 ON-LSTM + 3 SAN layers with the short-cut
 ONLSTM_SAN = dict(HYBRID, encoder_recurrent_layers=3, encoder_layers=3, encoder_shortcut=True)
 
-
-@register_model_architecture("transformer_posattn", "onlstm_san_transformer")
-def onlstm_san_transformer(args):
-    """Hao et al. (2019) Table 1 row 7: 3 ON-LSTM + 3 SAN layers with the short-cut, base size."""
-    _set_unset(args, ONLSTM_SAN)
-    transformer_posattn(args)
-
-
-@register_model_architecture("transformer_posattn", "onlstm_san_transformer_big")
-def onlstm_san_transformer_big(args):
-    """Table 1 row 9: the hybrid with the short-cut, big size."""
-    _set_unset(args, ONLSTM_SAN)
-    transformer_posattn_big(args)
-
-
-for _name, _options in HAO_ROWS.items():
-    register_model_architecture("transformer_posattn", _name)(_paper_row(_options))
+ARCHITECTURES = {
+    "transformer_struct": (STRUCTURE_OPTIONS, transformer_posattn),
+    "transformer_struct_big": (STRUCTURE_OPTIONS, transformer_posattn_big),
+    **{name: (options, transformer_posattn) for name, options in DUFTER_ROWS.items()},
+    "onlstm_san_transformer": (ONLSTM_SAN, transformer_posattn),
+    "onlstm_san_transformer_big": (ONLSTM_SAN, transformer_posattn_big),
+    **{name: (options, transformer_posattn) for name, options in HAO_ROWS.items()},
+}
+for _name, (_options, _base) in ARCHITECTURES.items():
+    register_model_architecture("transformer_posattn", _name)(_paper_row(_options, _base))

@@ -12,14 +12,9 @@ Every term is a small module; this layer applies them in one fixed order::
 With no term and no temperature it computes what fairseq's
 ``MultiheadAttention`` computes for the same weights; its parameters carry
 the same names (``q_proj``, ``k_proj``, ``v_proj``, ``out_proj``), so stock
-checkpoints load into it.
-
-Which code computes a call (the explicit steps above, PyTorch's fused
-attention, or a Triton kernel) is decided by
-:func:`..kernels.dispatch.attention_kernel`, from the layer's ``kernel``
-(``--encoder-attention-kernel``), its terms, the device, the dtype and
-whether a gradient must reach the score terms; an option that cannot compute
-the layer's terms is refused when the layer is built.
+checkpoints load into it.  Which code computes a call (the steps above,
+PyTorch's fused attention or a Triton kernel) is decided per call by
+:func:`..kernels.dispatch.attention_kernel`.
 """
 
 from typing import Optional, Sequence, Tuple
@@ -57,25 +52,13 @@ class PositionAwareSelfAttention(nn.Module):
             only under ``TRITON_INTERPRET=1``).
     """
 
-    def __init__(
-        self,
-        embed_dim: int,
-        num_heads: int,
-        dropout: float = 0.0,
-        bias: bool = True,
-        learnable_temperature: bool = False,
-        score_terms: Sequence[nn.Module] = (),
-        probability_terms: Sequence[nn.Module] = (),
-        value_terms: Sequence[nn.Module] = (),
-        q_noise: float = 0.0,
-        qn_block_size: int = 8,
-        kernel: str = "auto",
-    ):
+    def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
+                 learnable_temperature: bool = False, score_terms: Sequence[nn.Module] = (),
+                 probability_terms: Sequence[nn.Module] = (), value_terms: Sequence[nn.Module] = (),
+                 q_noise: float = 0.0, qn_block_size: int = 8, kernel: str = "auto"):
         super().__init__()
         if embed_dim % num_heads:
-            raise ValueError(
-                f"embed_dim {embed_dim} is not divisible by num_heads {num_heads}"
-            )
+            raise ValueError(f"embed_dim {embed_dim} is not divisible by num_heads {num_heads}")
         dispatch.check(dispatch.ATTENTION, kernel, (score_terms, probability_terms, value_terms))
         self.embed_dim = embed_dim
         self.num_heads = num_heads
@@ -97,10 +80,8 @@ class PositionAwareSelfAttention(nn.Module):
         if self.out_proj.bias is not None:
             nn.init.zeros_(self.out_proj.bias)
 
-        if learnable_temperature:
-            self.temperature = nn.Parameter(torch.ones(3, num_heads))  # gamma_q, gamma_k, gamma_v
-        else:
-            self.temperature = None
+        # gamma_q, gamma_k, gamma_v
+        self.temperature = nn.Parameter(torch.ones(3, num_heads)) if learnable_temperature else None
         self.score_terms = nn.ModuleList(score_terms)
         self.probability_terms = nn.ModuleList(probability_terms)
         self.value_terms = nn.ModuleList(value_terms)
@@ -120,9 +101,6 @@ class PositionAwareSelfAttention(nn.Module):
         return all(type(proj) is nn.Linear and not (proj._forward_pre_hooks or proj._forward_hooks)
                    for proj in (self.q_proj, self.k_proj, self.v_proj))
 
-    def _split_heads(self, x: Tensor, length: int, batch: int) -> Tensor:
-        return x.view(length, batch, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
-
     def _project(self, x: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
         length, batch, _ = x.shape
         projections = (self.q_proj, self.k_proj, self.v_proj)
@@ -138,7 +116,7 @@ class PositionAwareSelfAttention(nn.Module):
                 outputs = F.linear(x, weight, None if bias is None else bias * gamma.reshape(-1)).chunk(3, dim=-1)
             else:
                 outputs = [proj(x) * g for proj, g in zip(projections, gamma)]
-        q, k, v = (self._split_heads(out, length, batch) for out in outputs)
+        q, k, v = (out.view(length, batch, self.num_heads, self.head_dim).permute(1, 2, 0, 3) for out in outputs)
         return q, k, v
 
     def _score_bias(self, q: Tensor, x: Tensor, context: AttentionContext) -> Optional[Tensor]:
@@ -151,13 +129,9 @@ class PositionAwareSelfAttention(nn.Module):
             bias = scores if bias is None else bias + scores
         return bias
 
-    def forward(
-        self,
-        x: Tensor,
-        key_padding_mask: Optional[Tensor] = None,
-        context: Optional[AttentionContext] = None,
-        need_weights: bool = False,
-    ) -> Tuple[Tensor, Optional[Tensor]]:
+    def forward(self, x: Tensor, key_padding_mask: Optional[Tensor] = None,
+                context: Optional[AttentionContext] = None,
+                need_weights: bool = False) -> Tuple[Tensor, Optional[Tensor]]:
         """
         Args:
             x: ``[T, B, C]``.
@@ -183,23 +157,17 @@ class PositionAwareSelfAttention(nn.Module):
         if kernel is dispatch.SHAW_TRITON:
             out = self._shaw_flash(q, k, v, key_padding_mask, context)
         elif kernel.run is not None:  # the convolved attention's probabilities in Triton kernels
-            probs = kernel.run(self._logits(q, k, bias), key_padding_mask, *self.probability_terms[0].filters(length),
-                               *self._kernel_dropout(), v.dtype)
+            filters = self.probability_terms[0].filters(length)
+            probs = kernel.run(self._logits(q, k, bias), key_padding_mask, *filters, *self._kernel_dropout(), v.dtype)
             out = torch.matmul(probs, v)
         elif kernel is dispatch.SDPA:
-            out = F.scaled_dot_product_attention(
-                q,
-                k,
-                v,
-                attn_mask=self._additive_mask(bias, key_padding_mask, q.dtype),
-                dropout_p=self.dropout_module.p if self._dropout_active() else 0.0,
-            )
+            mask = self._additive_mask(bias, key_padding_mask, q.dtype)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                                 dropout_p=self.dropout_module.p if self._dropout_active() else 0.0)
         else:
             logits = self._logits(q, k, bias)
             if key_padding_mask is not None:
-                logits = logits.masked_fill(
-                    key_padding_mask[:, None, None, :], torch.finfo(torch.float32).min
-                )
+                logits = logits.masked_fill(key_padding_mask[:, None, None, :], torch.finfo(torch.float32).min)
             probs = torch.softmax(logits, dim=-1)
             for term in self.probability_terms:
                 probs = term(probs, key_padding_mask, context)
@@ -218,18 +186,15 @@ class PositionAwareSelfAttention(nn.Module):
         logits = at_least_float32(torch.matmul(q * self.scaling, k.transpose(-1, -2)))
         return logits if bias is None else logits + bias
 
-    def _shaw_flash(
-        self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor], context: AttentionContext
-    ) -> Tensor:
+    def _shaw_flash(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor],
+                    context: AttentionContext) -> Tensor:
         """Shaw keys and values (Eq. 3-4) of each position set inside the Triton kernel."""
         position_sets = [
             (context.buckets(keys.positions, keys.clip, bucket_dtype(keys.clip)), keys.embedding, values.embedding)
             for keys, values in shaw_pairs(self.score_terms, self.value_terms)
         ]
         dropout_p, seed = self._kernel_dropout()
-        return shaw_flash_attention(
-            q, k, v, key_padding_mask, position_sets, dropout_p=dropout_p, seed=seed
-        )
+        return shaw_flash_attention(q, k, v, key_padding_mask, position_sets, dropout_p=dropout_p, seed=seed)
 
     def _kernel_dropout(self) -> Tuple[float, int]:
         """The attention dropout of the Triton kernels and their Philox seed."""
@@ -241,9 +206,8 @@ class PositionAwareSelfAttention(nn.Module):
         return self.training or self.dropout_module.apply_during_inference
 
     @staticmethod
-    def _additive_mask(
-        bias: Optional[Tensor], key_padding_mask: Optional[Tensor], dtype: torch.dtype
-    ) -> Optional[Tensor]:
+    def _additive_mask(bias: Optional[Tensor], key_padding_mask: Optional[Tensor],
+                       dtype: torch.dtype) -> Optional[Tensor]:
         """Score bias and padding as one additive mask in ``dtype`` for the fused kernel.
 
         Pads get the dtype's most negative finite value, not ``-inf``, so a
@@ -252,8 +216,5 @@ class PositionAwareSelfAttention(nn.Module):
         if key_padding_mask is None:
             return None if bias is None else bias.to(dtype)
         pads = key_padding_mask[:, None, None, :]
-        if bias is None:
-            mask = torch.zeros(pads.shape, dtype=dtype, device=pads.device)
-        else:
-            mask = bias.to(dtype)
+        mask = torch.zeros(pads.shape, dtype=dtype, device=pads.device) if bias is None else bias.to(dtype)
         return mask.masked_fill(pads, torch.finfo(dtype).min)

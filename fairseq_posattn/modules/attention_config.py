@@ -66,116 +66,52 @@ class EncoderOptions(FairseqDataclass):
 
 @dataclass
 class PositionAttentionConfig(EncoderOptions):
-    encoder_position_embedding: POSITION_EMBEDDING_CHOICES = field(
-        default="add",
-        metadata={
-            "help": "how the encoder's position embeddings meet the token embeddings: "
-            "add (PE[add]), concat (PE[con], Dufter et al. 2020) or none"
-        },
-    )
-    encoder_position_concat_dim: Optional[int] = field(
-        default=None,
-        metadata={
-            "help": "width of the concatenated position embedding (PE[con]); token "
-            "embeddings get --encoder-embed-dim minus this (default: a quarter)"
-        },
-    )
-    position_interactions: INTERACTION_CHOICES = field(
-        default="none",
-        metadata={
-            "help": "Dufter et al. 2020 direct position interactions added to the "
-            "logits: P (absolute t x t per head), R (relative a_{i-j+t}), PR (both)"
-        },
-    )
-    position_interaction_layers: INTERACTION_LAYER_CHOICES = field(
-        default="first",
-        metadata={"help": "encoder layers that get P/R: the first (paper) or all"},
-    )
-    interaction_max_len: int = field(
-        default=256,
-        metadata={
-            "help": "t, the number of positions of the P, R and conv1d tables "
-            "(must cover --max-source-positions unless --interaction-overflow clamp)"
-        },
-    )
-    interaction_overflow: OVERFLOW_CHOICES = field(
-        default="error",
-        metadata={
-            "help": "inputs longer than --interaction-max-len: error, or clamp "
-            "(positions past t share the last row/column, distances the outermost entry)"
-        },
-    )
-    learnable_temperature: bool = field(
-        default=False,
-        metadata={
-            "help": "Dufter et al. 2020: per-head scalars gamma_q, gamma_k, gamma_v "
-            "(initialised to 1) multiplying the query, key and value projections"
-        },
-    )
-    convolved_attention: CONVOLUTION_CHOICES = field(
-        default="none",
-        metadata={
-            "help": "Dufter et al. 2020 convolution of softmax(A) in every encoder "
-            "layer: 1d (t width-3 filters along the query axis) or 2d (one 3x3 filter per head)"
-        },
-    )
-    relative_positions: bool = field(
-        default=False,
-        metadata={
-            "help": "Shaw et al. 2018 relative position keys and values in every "
-            "encoder layer (sequential positions)"
-        },
-    )
-    max_relative_position: int = field(
-        default=16,
-        metadata={"help": "clip distance k of --relative-positions"},
-    )
-    no_relative_values: bool = field(
-        default=False,
-        metadata={
-            "help": "Shaw relative keys only, no a^V term (sequential and structural)"
-        },
-    )
-    query_relative_positions: bool = field(
-        default=False,
-        metadata={
-            "help": "Bilan & Roth 2018 relative scores r_i . m_{j-i} with their own "
-            "query projection W^r, in every encoder layer"
-        },
-    )
-    query_relative_clip: Optional[int] = field(
-        default=None,
-        metadata={
-            "help": "largest distance with its own m vector for "
-            "--query-relative-positions (default: --interaction-max-len minus 1)"
-        },
-    )
-
-    structural_position_embedding: STRUCTURAL_EMBEDDING_CHOICES = field(
-        default="none",
-        metadata={
-            "help": "Wang et al. 2019 absolute structural positions: the sinusoid of "
-            "each token's dependency-tree depth, fused with the sequential position "
-            "embedding by a learned tanh layer (fuse, Eq. 7) or added (add); needs "
-            "--task translation_struct"
-        },
-    )
-    structural_relative_positions: bool = field(
-        default=False,
-        metadata={
-            "help": "Wang et al. 2019 relative structural positions as Shaw relative "
-            "keys and values in every encoder layer; needs --task translation_struct"
-        },
-    )
-    max_structural_relative_position: int = field(
-        default=16,
-        metadata={"help": "clip distance r of --structural-relative-positions"},
-    )
-    encoder_attention_kernel: ATTENTION_KERNEL_CHOICES = field(
-        default="auto",
-        metadata={"help": dispatch.help_text(dispatch.ATTENTION),
-                  "parse": dispatch.parse_option(dispatch.ATTENTION)},
-    )
+    encoder_position_embedding: POSITION_EMBEDDING_CHOICES = field(default="add", metadata={
+        "help": "how the encoder's position embeddings meet the token embeddings: add (PE[add]), concat "
+                "(PE[con], Dufter et al. 2020) or none"})
+    encoder_position_concat_dim: Optional[int] = field(default=None, metadata={
+        "help": "width of the concatenated position embedding (PE[con]); token embeddings get "
+                "--encoder-embed-dim minus this (default: a quarter)"})
+    position_interactions: INTERACTION_CHOICES = field(default="none", metadata={
+        "help": "Dufter et al. 2020 direct position interactions added to the logits: P (absolute t x t per "
+                "head), R (relative a_{i-j+t}), PR (both)"})
+    position_interaction_layers: INTERACTION_LAYER_CHOICES = field(default="first", metadata={
+        "help": "encoder layers that get P/R: the first (paper) or all"})
+    interaction_max_len: int = field(default=256, metadata={
+        "help": "t, the number of positions of the P, R and conv1d tables (must cover --max-source-positions "
+                "unless --interaction-overflow clamp)"})
+    interaction_overflow: OVERFLOW_CHOICES = field(default="error", metadata={
+        "help": "inputs longer than --interaction-max-len: error, or clamp (positions past t share the last "
+                "row/column, distances the outermost entry)"})
+    learnable_temperature: bool = field(default=False, metadata={
+        "help": "Dufter et al. 2020: per-head scalars gamma_q, gamma_k, gamma_v (initialised to 1) multiplying "
+                "the query, key and value projections"})
+    convolved_attention: CONVOLUTION_CHOICES = field(default="none", metadata={
+        "help": "Dufter et al. 2020 convolution of softmax(A) in every encoder layer: 1d (t width-3 filters "
+                "along the query axis) or 2d (one 3x3 filter per head)"})
+    relative_positions: bool = field(default=False, metadata={
+        "help": "Shaw et al. 2018 relative position keys and values in every encoder layer (sequential "
+                "positions)"})
+    max_relative_position: int = field(default=16, metadata={"help": "clip distance k of --relative-positions"})
+    no_relative_values: bool = field(default=False, metadata={
+        "help": "Shaw relative keys only, no a^V term (sequential and structural)"})
+    query_relative_positions: bool = field(default=False, metadata={
+        "help": "Bilan & Roth 2018 relative scores r_i . m_{j-i} with their own query projection W^r, in every "
+                "encoder layer"})
+    query_relative_clip: Optional[int] = field(default=None, metadata={
+        "help": "largest distance with its own m vector for --query-relative-positions (default: "
+                "--interaction-max-len minus 1)"})
+    structural_position_embedding: STRUCTURAL_EMBEDDING_CHOICES = field(default="none", metadata={
+        "help": "Wang et al. 2019 absolute structural positions: the sinusoid of each token's dependency-tree "
+                "depth, fused with the sequential position embedding by a learned tanh layer (fuse, Eq. 7) or "
+                "added (add); needs --task translation_struct"})
+    structural_relative_positions: bool = field(default=False, metadata={
+        "help": "Wang et al. 2019 relative structural positions as Shaw relative keys and values in every "
+                "encoder layer; needs --task translation_struct"})
+    max_structural_relative_position: int = field(default=16, metadata={
+        "help": "clip distance r of --structural-relative-positions"})
+    encoder_attention_kernel: ATTENTION_KERNEL_CHOICES = field(default="auto", metadata={
+        "help": dispatch.help_text(dispatch.ATTENTION), "parse": dispatch.parse_option(dispatch.ATTENTION)})
 
     def uses_structure(self) -> bool:
         """True if the encoder needs the tree inputs of ``translation_struct``."""
@@ -184,14 +120,8 @@ class PositionAttentionConfig(EncoderOptions):
     def uses_position_tables(self) -> bool:
         return self.position_interactions != "none" or self.convolved_attention == "1d"
 
-    def check(
-        self,
-        embed_dim: int,
-        max_source_positions: int,
-        share_all_embeddings: bool,
-        learned_pos: bool = False,
-        no_token_positional_embeddings: bool = False,
-    ) -> None:
+    def check(self, embed_dim: int, max_source_positions: int, share_all_embeddings: bool,
+              learned_pos: bool = False, no_token_positional_embeddings: bool = False) -> None:
         """Refuse, at build time, combinations that cannot work; name the flags.
 
         ``learned_pos`` and ``no_token_positional_embeddings`` are fairseq's
@@ -234,18 +164,13 @@ class PositionAttentionConfig(EncoderOptions):
             )
         if self.interaction_max_len < 1:
             raise ValueError("--interaction-max-len must be at least 1")
-        if (
-            self.uses_position_tables()
-            and self.interaction_overflow == "error"
-            and self.interaction_max_len < max_source_positions
-        ):
+        if (self.uses_position_tables() and self.interaction_overflow == "error"
+                and self.interaction_max_len < max_source_positions):
             raise ValueError(
-                f"--interaction-max-len {self.interaction_max_len} is smaller than "
-                f"--max-source-positions {max_source_positions}, so the "
-                f"--position-interactions/--convolved-attention 1d tables cannot "
-                f"cover every input: pass --max-source-positions "
-                f"{self.interaction_max_len}, a larger --interaction-max-len, or "
-                f"--interaction-overflow clamp"
+                f"--interaction-max-len {self.interaction_max_len} is smaller than --max-source-positions "
+                f"{max_source_positions}, so the --position-interactions/--convolved-attention 1d tables cannot "
+                f"cover every input: pass --max-source-positions {self.interaction_max_len}, a larger "
+                f"--interaction-max-len, or --interaction-overflow clamp"
             )
         for flag, value in (
             ("--max-relative-position", self.max_relative_position),
@@ -256,14 +181,10 @@ class PositionAttentionConfig(EncoderOptions):
                 raise ValueError(f"{flag} must be at least 1, got {value}")
 
     def position_concat_dim(self, embed_dim: int) -> int:
-        if self.encoder_position_concat_dim is not None:
-            return self.encoder_position_concat_dim
-        return embed_dim // 4
+        return embed_dim // 4 if self.encoder_position_concat_dim is None else self.encoder_position_concat_dim
 
     def relative_clip(self) -> int:
-        if self.query_relative_clip is not None:
-            return self.query_relative_clip
-        return self.interaction_max_len - 1
+        return self.interaction_max_len - 1 if self.query_relative_clip is None else self.query_relative_clip
 
     def build_terms(self, embed_dim: int, num_heads: int, layer_index: int) -> Dict:
         """Keyword arguments of :class:`PositionAwareSelfAttention` for one layer."""
@@ -286,17 +207,11 @@ class PositionAttentionConfig(EncoderOptions):
                 if not self.no_relative_values:
                     value_terms.append(RelativeValues(head_dim, clip, positions))
         if self.query_relative_positions:
-            score_terms.append(
-                QueryProjectedRelativeScores(embed_dim, num_heads, self.relative_clip())
-            )
+            score_terms.append(QueryProjectedRelativeScores(embed_dim, num_heads, self.relative_clip()))
         if self.convolved_attention == "1d":
             probability_terms.append(ConvolvedAttention1d(num_heads, t, overflow))
         elif self.convolved_attention == "2d":
             probability_terms.append(ConvolvedAttention2d(num_heads))
-        return dict(
-            learnable_temperature=self.learnable_temperature,
-            score_terms=score_terms,
-            probability_terms=probability_terms,
-            value_terms=value_terms,
-            kernel=self.encoder_attention_kernel,
-        )
+        return dict(learnable_temperature=self.learnable_temperature, score_terms=score_terms,
+                    probability_terms=probability_terms, value_terms=value_terms,
+                    kernel=self.encoder_attention_kernel)

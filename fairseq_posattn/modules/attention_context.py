@@ -44,12 +44,6 @@ def gather_time(x: Tensor, order: Tensor, time_dim: int) -> Tensor:
     return x.gather(time_dim, index.expand_as(x))
 
 
-def sequential_relative_positions(length: int, device: torch.device) -> Tensor:
-    """``[1, T, T]`` tensor of ``j - i`` (key position minus query position)."""
-    steps = torch.arange(length, device=device)
-    return (steps[None, :] - steps[:, None]).unsqueeze(0)
-
-
 class AttentionContext:
     """Where the tokens of a batch are, for the attention terms.
 
@@ -61,12 +55,7 @@ class AttentionContext:
             positions; ``"sequential"`` is derived on demand.
     """
 
-    def __init__(
-        self,
-        length: int,
-        device: torch.device,
-        relative_positions: Optional[Dict[str, Tensor]] = None,
-    ):
+    def __init__(self, length: int, device: torch.device, relative_positions: Optional[Dict[str, Tensor]] = None):
         self.length = length
         self.device = device
         self._relative_positions = dict(relative_positions or {})
@@ -75,13 +64,10 @@ class AttentionContext:
     def relative_positions(self, name: str) -> Tensor:
         if name not in self._relative_positions:
             if name != "sequential":
-                raise KeyError(
-                    f"no '{name}' relative positions in this batch; the task must "
-                    f"provide them (available: {sorted(self._relative_positions)})"
-                )
-            self._relative_positions[name] = sequential_relative_positions(
-                self.length, self.device
-            )
+                raise KeyError(f"no '{name}' relative positions in this batch; the task must "
+                               f"provide them (available: {sorted(self._relative_positions)})")
+            steps = torch.arange(self.length, device=self.device)
+            self._relative_positions[name] = (steps[None, :] - steps[:, None]).unsqueeze(0)  # j - i
         return self._relative_positions[name]
 
     def buckets(self, name: str, clip: int, dtype: torch.dtype = torch.long) -> Tensor:
@@ -114,9 +100,8 @@ def check_length(length: int, max_len: int, overflow: str) -> None:
     """Refuse a sequence longer than a position table unless ``overflow="clamp"``."""
     if length > max_len and overflow != "clamp":
         raise ValueError(
-            f"input of {length} tokens is longer than the position table "
-            f"(--interaction-max-len {max_len}); raise --interaction-max-len, "
-            f"lower --max-source-positions to {max_len}, or pass "
+            f"input of {length} tokens is longer than the position table (--interaction-max-len {max_len}); "
+            f"raise --interaction-max-len, lower --max-source-positions to {max_len}, or pass "
             f"--interaction-overflow clamp"
         )
 

@@ -1,19 +1,14 @@
-"""fairseq's quant noise (Fan, Stock et al. 2020, "Training with Quantization
-Noise for Extreme Model Compression") on weights that are not an ``nn.Linear``.
-
-:func:`fairseq.modules.quant_noise.quant_noise` takes ``nn.Linear``,
-``nn.Embedding`` and ``nn.Conv2d`` modules only; :func:`quant_noise_on` applies
-its noise to any named weights of a module whose input features lie on axis 1
-(a Linear's ``[out, in]``, the ON-LSTM's ``[D, in, G]``): in training, before
-each forward, every block of ``block_size`` consecutive input features of an
-output unit is zeroed with probability ``p`` and the rest scaled by
-``1 / (1 - p)``.  The mask is fairseq's, drawn in the same order.  As
-fairseq's hook does, the result is written into the weights themselves, so a
-dropped block stays zero (fairseq issue #3783); it is written in place, which
-keeps ``nn.LSTM``'s flattened cuDNN weights one block of memory.
+"""fairseq's quant noise (Fan, Stock et al. 2020) on weights that are not an
+``nn.Linear``, ``nn.Embedding`` or ``nn.Conv2d`` (all that
+:func:`fairseq.modules.quant_noise.quant_noise` takes): any named weights
+whose input features lie on axis 1 (the ON-LSTM's ``[D, in, G]``).  The mask
+is fairseq's, drawn in the same order, and as in fairseq's hook it is written
+into the weights themselves, so a dropped block stays zero (fairseq issue
+#3783); in place, which keeps ``nn.LSTM``'s flattened cuDNN weights one block
+of memory.
 """
 
-from typing import Sequence
+from typing import Sequence, Tuple
 
 import torch
 from torch import Tensor, nn
@@ -28,16 +23,23 @@ def block_mask(weight: Tensor, p: float, block_size: int) -> Tensor:
     return mask.repeat_interleave(block_size, dim=1).bool()
 
 
+def check_block_size(block_size: int, weights: Sequence[Tuple[str, int]]) -> None:
+    """Refuse a ``--quant-noise-pq-block-size`` (0: quant noise off) that does not
+    divide the input features of ``weights``, ``(what, width)`` pairs."""
+    for what, width in weights:
+        if block_size and width % block_size:
+            raise ValueError(f"--quant-noise-pq-block-size {block_size} does not divide the {width} input features "
+                             f"of the {what}: fairseq's quant noise drops blocks of that many input features")
+
+
 def quant_noise_on(module: nn.Module, names: Sequence[str], p: float, block_size: int) -> nn.Module:
     """Register fairseq's quant-noise forward pre-hook on ``module`` for its
-    parameters ``names``; no hook when ``p`` is 0."""
+    parameters ``names`` (none when ``p`` is 0): in training, before each
+    forward, each :func:`block_mask` block is zeroed with probability ``p``
+    and the rest scaled by ``1 / (1 - p)``."""
     if p <= 0:
         return module
-    for name in names:
-        width = module.get_parameter(name).size(1)
-        if width % block_size:
-            raise ValueError(f"{name} has {width} input features, not a multiple of the "
-                             f"quant-noise block size {block_size}")
+    check_block_size(block_size, [(name, module.get_parameter(name).size(1)) for name in names])
     scale = 1 / (1 - p)
 
     def drop_blocks(mod, inputs):

@@ -150,25 +150,16 @@ class RecurrentLayer(nn.Module):
     bias 0) for the projection.
     """
 
-    def __init__(
-        self,
-        embed_dim: int,
-        cell: str = "onlstm",
-        hidden_dim: Optional[int] = None,  # default = embed_dim (per direction)
-        bidirectional: bool = True,
-        chunk_size: int = 1,
-        dropout: float = 0.0,
-        residual: bool = True,
-        kernel: str = "auto",
-    ):
+    def __init__(self, embed_dim: int, cell: str = "onlstm", hidden_dim: Optional[int] = None,
+                 bidirectional: bool = True, chunk_size: int = 1, dropout: float = 0.0, residual: bool = True,
+                 kernel: str = "auto"):
         super().__init__()
-        hidden_dim = embed_dim if hidden_dim is None else hidden_dim
+        hidden_dim = embed_dim if hidden_dim is None else hidden_dim  # per direction
         self.embed_dim = embed_dim
         self.cell = cell
         self.hidden_dim = hidden_dim
         self.bidirectional = bidirectional
         self.residual = residual
-        num_dir = 2 if bidirectional else 1
         if cell == "onlstm":
             self.rnn = ONLSTM(embed_dim, hidden_dim, bidirectional=bidirectional, chunk_size=chunk_size,
                               kernel=kernel)
@@ -179,7 +170,7 @@ class RecurrentLayer(nn.Module):
             self.rnn = nn.LSTM(embed_dim, hidden_dim, bidirectional=bidirectional)
         else:
             raise ValueError("cell must be 'onlstm' or 'lstm', got %r" % (cell,))
-        self.proj = nn.Linear(num_dir * hidden_dim, embed_dim)
+        self.proj = nn.Linear((2 if bidirectional else 1) * hidden_dim, embed_dim)
         nn.init.xavier_uniform_(self.proj.weight)
         nn.init.constant_(self.proj.bias, 0.0)
         self.dropout = nn.Dropout(dropout)
@@ -192,8 +183,8 @@ class RecurrentLayer(nn.Module):
                 if name.startswith("rnn.weight") or name == "proj.weight"]
 
     def forward(self, x: Tensor, lengths: Tensor) -> Tensor:
-        """x: [T, B, C] RIGHT-padded (sentence b's tokens at positions 0..lengths[b]-1);
-        returns [T, B, C] with pad positions = 0."""
+        """``x``: ``[T, B, C]`` right-padded (sentence b's tokens at positions
+        ``0 .. lengths[b] - 1``); returns ``[T, B, C]``, zero at the pads."""
         seq_len = x.size(0)
         if self.cell == "lstm":
             sequences = pack_padded_sequence(x, lengths.cpu(), enforce_sorted=False)

@@ -8,13 +8,11 @@
   its own query projection ``r = W^r e_i`` and per-head vectors ``m``.
 
 Neither materialises a ``[B, T, T, d_head]`` tensor: scores are computed
-against the ``2k+1``-row table and gathered, and the probabilities are summed
-per relative-position bucket before they meet the value table.  Shaw's
-relative positions come from the :class:`AttentionContext` by name, so the
-same terms serve sequential positions (``j - i``) and tree positions (Wang et
-al. 2019).  Bilan & Roth's term is sequential only, so its scores are read off
-the ``[T, 2T-1]`` score rows as a strided view (:func:`relative_diagonals`)
-and no gather keeps the score rows for backward.
+against the ``2k+1``-row table and gathered (Bilan & Roth's, sequential only,
+read off as a strided view: :func:`relative_diagonals`), and probabilities
+are summed per bucket before they meet the value table.  Shaw's positions
+come from the :class:`AttentionContext` by name: sequential (``j - i``) or
+tree positions (Wang et al. 2019).
 """
 
 import math
@@ -42,9 +40,7 @@ def relative_scores(queries: Tensor, table: Tensor, buckets: Tensor) -> Tensor:
         buckets: ``[B or 1, T, T]`` rows of ``table``.
     """
     per_row = torch.matmul(queries, table.transpose(-1, -2))  # [B, H, T, R]
-    index = buckets.unsqueeze(1).expand(
-        per_row.size(0), per_row.size(1), buckets.size(1), buckets.size(2)
-    )
+    index = buckets.unsqueeze(1).expand(*per_row.shape[:2], *buckets.shape[1:])
     return per_row.gather(-1, index)
 
 
@@ -128,9 +124,7 @@ class QueryProjectedRelativeScores(nn.Module):
         self.head_dim = embed_dim // num_heads
         self.clip = clip
         self.query_proj = nn.Linear(embed_dim, embed_dim, bias=False)
-        self.relative_vectors = nn.Parameter(
-            torch.empty(num_heads, 2 * clip + 1, self.head_dim)
-        )
+        self.relative_vectors = nn.Parameter(torch.empty(num_heads, 2 * clip + 1, self.head_dim))
         nn.init.xavier_uniform_(self.query_proj.weight, gain=1 / math.sqrt(2))
         nn.init.normal_(self.relative_vectors, std=self.head_dim**-0.5)
 

@@ -52,10 +52,7 @@ class RelationEncoderLayer(PositionAwareEncoderLayer):
 
     def __init__(self, cfg, attention_cfg, layer_index: int, options: RelationLayerOptions):
         if cfg.encoder.normalize_before:
-            raise ValueError(
-                "the relation classifier's encoder layer is post-norm: drop "
-                "--encoder-normalize-before"
-            )
+            raise ValueError("the relation classifier's encoder layer is post-norm: drop --encoder-normalize-before")
         self.options = options
         super().__init__(cfg, attention_cfg, layer_index)
         if options.norm == "batch":

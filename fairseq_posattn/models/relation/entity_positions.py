@@ -4,15 +4,9 @@ position-aware attention layer that reads them.
 * Zhang et al. (2017), as Bilan & Roth (2018) Sec. 2.3 restate it: token
   ``i`` of a sentence with an entity at ``[start, end]`` gets ``i - start``
   before the entity, 0 inside it, ``i - end`` after it.
-* Bilan & Roth (2018) Sec. 3.2 bin these distances, larger bins further from
-  the entity: ``bin(d) = sign(d) * ceil(log2(|d| + 1))``, i.e. the bit length
-  of ``|d|`` (0, 1, 2, 2, 3, 3, 3, 3, 4, ... for ``|d|`` = 0, 1, 2, ...).  The
-  paper gives no formula; this is the one of the authors' published code.
-  The paper's worked example for ``d = -1 .. 8``,
-  ``[-1, 0, 1, 2, 3, 3, 4, 4, 4, 5]``, agrees up to ``|d| = 2`` and then puts
-  each distance one bin higher (the formula gives ``2, 3, 3, 3, 3, 4`` for
-  ``d = 3 .. 8``); the code's own docstring repeats the example, which so
-  looks hand-made.  We follow the code.
+* Bilan & Roth (2018) Sec. 3.2 bin them: ``bin(d) = sign(d) * ceil(log2(|d| + 1))``,
+  the formula of the authors' code (the paper's worked example disagrees
+  past ``|d| = 2``: docs/evaluations.md).
 * The attention of Zhang et al. (2017) over encoder states ``h_i`` with a
   summary ``q`` (Bilan & Roth Eq. 3-5)::
 
@@ -73,11 +67,8 @@ class PositionAwareAttention(nn.Module):
 
         Returns ``z`` ``[B, C]`` and the attention ``a`` ``[B, T]``.
         """
-        hidden = (
-            self.state_proj(states)
-            + self.query_proj(query).unsqueeze(1)
-            + self.position_proj(torch.cat([subject_positions, object_positions], dim=-1))
-        )
+        hidden = (self.state_proj(states) + self.query_proj(query).unsqueeze(1)
+                  + self.position_proj(torch.cat([subject_positions, object_positions], dim=-1)))
         scores = at_least_float32(self.score(torch.tanh(hidden)).squeeze(-1))
         scores = scores.masked_fill(padding_mask, torch.finfo(scores.dtype).min)
         weights = F.softmax(scores, dim=-1).to(states.dtype)

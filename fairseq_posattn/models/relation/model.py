@@ -1,30 +1,14 @@
 """``relation_classifier``: the position-aware self-attention relation
 classifier of Bilan & Roth (2018) for ``--task relation_classification``.
 
-* Input (Sec. 4.1): word embedding (GloVe via ``--encoder-embed-path``, if
-  given) concatenated with POS- and NER-tag embeddings
-  (``--encoder-embed-dim`` = word + ``--pos-tag-embed-dim`` +
-  ``--ner-tag-embed-dim``), plus an embedding of each token's (binned)
-  distance to the object ("adding object position embeddings to the word
-  embeddings"; ``--no-object-position-input`` leaves it out).
-* Encoder: :class:`PositionAwareEncoder` (every position and recurrence
-  option applies, and fairseq's encoder flags but pre-norm; the paper uses
-  ``--query-relative-positions``, Sec. 3.1.1) whose layers are
-  :class:`RelationEncoderLayer` (Sec. 3.1.2: ``--encoder-norm batch``,
-  ``--encoder-residual single``, ``--encoder-ffn-activation rrelu``,
-  ``--encoder-init kaiming``).
-* Summary ``q`` = max pooling over the encoder states (Sec. 3); position-aware
-  attention (Eq. 3-5) over the states with the binned subject and object
-  distances (Sec. 3.2; ``--raw-entity-positions`` for Zhang et al.'s unbinned
-  ones) gives ``z``; a linear layer gives the logits.  ``--relation-pooling
-  max`` classifies ``q`` itself (Table 3, "self-attention encoder" without
-  the position-aware layer).
-
-Architectures: ``relation_classifier`` (a plain post-norm Transformer
-layer: layer norm, two residuals, ReLU, Xavier, sinusoidal positions) and
-``bilan_roth_relation``, the paper's final model (Sec. 4.1: 300 + 30 + 30
-dims, one layer, 3 heads, feed-forward 130, dropout 0.4, attention dropout
-0.1, relative positions, every change of Sec. 3.1.2).
+Word, POS- and NER-tag embeddings (Sec. 4.1; ``--encoder-embed-dim`` is
+their sum) plus the object-distance embedding -> :class:`PositionAwareEncoder`
+with :class:`RelationEncoderLayer` layers (Sec. 3.1.2) -> summary ``q`` by
+max pooling (Sec. 3) -> the position-aware attention of Zhang et al. (2017)
+over the states with the binned entity distances (Eq. 3-5, Sec. 3.2) gives
+``z`` -> linear logits.  Architectures: ``relation_classifier`` (a plain
+post-norm Transformer layer) and ``bilan_roth_relation``, the paper's final
+model (Sec. 4.1); the flags: docs/evaluations.md.
 """
 
 from dataclasses import dataclass, field
@@ -139,18 +123,15 @@ class PositionAwareRelationClassifier(PositionAwareEncoderModel):
                 f"{args.pos_tag_embed_dim} + --ner-tag-embed-dim {args.ner_tag_embed_dim} "
                 f"(it is their sum plus the word embedding width)"
             )
-        words = PositionAwareTransformerModel.build_embedding(
-            args, task.source_dictionary, word_dim, args.encoder_embed_path
-        )
+        words = PositionAwareTransformerModel.build_embedding(args, task.source_dictionary, word_dim,
+                                                              args.encoder_embed_path)
         tags = nn.ModuleDict({
             key: Embedding(len(task.tag_dictionaries[name]), dim, task.tag_dictionaries[name].pad())
             for key, name, dim in (("pos_tags", "stanford_pos", args.pos_tag_embed_dim),
                                    ("ner_tags", "stanford_ner", args.ner_tag_embed_dim))
         })
-        layer_options = RelationLayerOptions(
-            norm=args.encoder_norm, residual=args.encoder_residual,
-            activation=args.encoder_ffn_activation, init=args.encoder_init,
-        )
+        layer_options = RelationLayerOptions(norm=args.encoder_norm, residual=args.encoder_residual,
+                                             activation=args.encoder_ffn_activation, init=args.encoder_init)
         encoder = RelationEncoder(
             TransformerConfig.from_namespace(args), PositionAttentionConfig.from_namespace(args),
             task.source_dictionary, words, layer_options, RecurrenceConfig.from_namespace(args),
@@ -161,10 +142,8 @@ class PositionAwareRelationClassifier(PositionAwareEncoderModel):
         if args.relation_pooling == "position-attention":
             attention = PositionAwareAttention(width, width, args.entity_position_dim,
                                                args.relation_attention_dim)
-        return cls(
-            args, encoder, tags, object_input, distance_table(rows, args.entity_position_dim),
-            attention, nn.Linear(width, task.num_classes()),
-        )
+        return cls(args, encoder, tags, object_input, distance_table(rows, args.entity_position_dim), attention,
+                   nn.Linear(width, task.num_classes()))
 
     def distance_rows(self, distances):
         """Table rows of token-to-entity distances (binned unless ``--raw-entity-positions``)."""
@@ -175,11 +154,8 @@ class PositionAwareRelationClassifier(PositionAwareEncoderModel):
     def forward(self, src_tokens, pos_tags, ner_tags, subject_distances, object_distances,
                 src_lengths=None, features_only=True, classification_head_name=None):
         """Logits ``[B, relations]`` and ``{"attention": [B, T] or None}``."""
-        embedded = torch.cat(
-            [self.encoder.embed_tokens(src_tokens), self.tag_embeddings["pos_tags"](pos_tags),
-             self.tag_embeddings["ner_tags"](ner_tags)],
-            dim=-1,
-        )
+        embedded = torch.cat([self.encoder.embed_tokens(src_tokens), self.tag_embeddings["pos_tags"](pos_tags),
+                              self.tag_embeddings["ner_tags"](ner_tags)], dim=-1)
         object_rows = self.distance_rows(object_distances)
         if self.object_position_input is not None:
             embedded = embedded + self.object_position_input(object_rows)
@@ -202,11 +178,9 @@ class PositionAwareRelationClassifier(PositionAwareEncoderModel):
 def relation_classifier(args):
     """360 = 300 + 30 + 30 dims, 1 layer, 3 heads, ffn 130, dropout 0.4 / 0.1,
     a plain post-norm layer with sinusoidal positions."""
-    _set_unset(args, dict(
-        encoder_embed_dim=360, encoder_layers=1, encoder_attention_heads=3,
-        encoder_ffn_embed_dim=130, dropout=0.4, attention_dropout=0.1, no_scale_embedding=True,
-        max_source_positions=DEFAULT_MAX_SOURCE_POSITIONS,
-    ))
+    _set_unset(args, dict(encoder_embed_dim=360, encoder_layers=1, encoder_attention_heads=3,
+                          encoder_ffn_embed_dim=130, dropout=0.4, attention_dropout=0.1, no_scale_embedding=True,
+                          max_source_positions=DEFAULT_MAX_SOURCE_POSITIONS))
     RelationClassifierOptions.set_defaults(args)
     _set_unset(args, dict(relation_attention_dim=args.encoder_embed_dim))
     transformer_posattn(args)
@@ -215,9 +189,6 @@ def relation_classifier(args):
 @register_model_architecture("relation_classifier", "bilan_roth_relation")
 def bilan_roth_relation(args):
     """The paper's final model (Sec. 3 and 4.1)."""
-    _set_unset(args, dict(
-        encoder_position_embedding="none", query_relative_positions=True,
-        encoder_norm="batch", encoder_residual="single", encoder_ffn_activation="rrelu",
-        encoder_init="kaiming",
-    ))
+    _set_unset(args, dict(encoder_position_embedding="none", query_relative_positions=True, encoder_norm="batch",
+                          encoder_residual="single", encoder_ffn_activation="rrelu", encoder_init="kaiming"))
     relation_classifier(args)

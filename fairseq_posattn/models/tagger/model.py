@@ -4,20 +4,10 @@ Sec. 2.1 and the authors' code: word embedding (+ position embedding, added
 or concatenated) concatenated with a character-CNN vector (Yu et al. 2017);
 4 attention-only residual layers of 4 heads (dropout 0.1); a softmax layer
 on the embedding concatenated with the last layer's output.  The layers are
-the plugin's :class:`PositionAwareSelfAttention`, so every option of
+:class:`PositionAwareSelfAttention`, so every option of
 :class:`PositionAttentionConfig` applies; named architectures give the rows
-of the paper's Table 2.
-
-fairseq's encoder flags (LayerDrop, activation checkpointing, quant noise,
-the embedding flags) are no options of this model, so fairseq-train refuses
-them; ``--encoder-layers-to-keep``, which only ``--model-overrides`` can
-give, keeps that many layers as fairseq's Transformer does.
-
-Differences from the authors' Keras code: attention has fairseq's output
-projection and biases; padding is masked (their fixed-length inputs were
-not); position embeddings are added to the whole input vector (word and
-character parts; theirs to the word part), and the classifier's residual
-input is the word features without positions (theirs included them).
+of the paper's Table 2.  fairseq's encoder flags are no options of this
+model.  Where it differs from the authors' Keras code: docs/evaluations.md.
 """
 
 import logging
@@ -95,8 +85,8 @@ class PositionAwareTagger(BaseFairseqModel):
         options = TaggerOptions.from_namespace(args)
         attention_cfg = PositionAttentionConfig.from_namespace(args)
         if attention_cfg.uses_structure():
-            raise ValueError("the structural position options need dependency trees of "
-                             "the input, which the tagger does not take")
+            raise ValueError("the structural position options need dependency trees of the input, which the "
+                             "tagger does not take")
         vocabulary = task.vocabulary
         features = WordFeatures(cls._word_embedding(options, vocabulary.words),
                                 CharacterCNN(len(vocabulary.chars), options.char_embed_dim,
@@ -106,8 +96,7 @@ class PositionAwareTagger(BaseFairseqModel):
         if attention_cfg.encoder_position_embedding == "concat":
             width += attention_cfg.position_concat_dim(width)
         max_positions = task.max_positions()
-        attention_cfg.check(embed_dim=width, max_source_positions=max_positions,
-                            share_all_embeddings=False)
+        attention_cfg.check(embed_dim=width, max_source_positions=max_positions, share_all_embeddings=False)
         encoder_cfg = TransformerConfig.from_namespace(Namespace(
             encoder_embed_dim=width,
             encoder_layers=options.encoder_layers,
