@@ -6,11 +6,13 @@ usual ``id`` / ``net_input`` / ``target`` / ``nsentences`` / ``ntokens``
 sample layout (the one fairseq's ``sentence_prediction`` criterion reads).
 """
 
-from typing import Dict, Optional, Sequence
+from collections import Counter
+from typing import Dict, Iterable, List, Optional, Sequence
 
 import numpy as np
 import torch
 from fairseq.data import (
+    Dictionary,
     FairseqDataset,
     IdDataset,
     ListDataset,
@@ -21,6 +23,21 @@ from fairseq.data import (
     SortDataset,
     data_utils,
 )
+
+
+def symbol_dictionary(symbols: Iterable[str]) -> Dictionary:
+    """A fairseq dictionary of ``symbols``, in their order after the special symbols."""
+    dictionary = Dictionary()
+    for symbol in symbols:
+        dictionary.add_symbol(symbol)
+    return dictionary
+
+
+def by_frequency(counts: Counter, min_count: int = 1) -> List[str]:
+    """The symbols counted at least ``min_count`` times, the most frequent first
+    (ties in alphabetical order)."""
+    return [s for s, n in sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+            if n >= min_count]
 
 
 class TokenCountDataset(FairseqDataset):

@@ -20,6 +20,7 @@ from fairseq.data import Dictionary, FairseqDataset
 
 from ..structure import StructureError, read_conllu
 from ..errors import fail, quoted
+from .classification_data import by_frequency, symbol_dictionary
 
 
 TAG_COLUMNS = ("upos", "xpos")
@@ -76,17 +77,6 @@ def read_tagged_sentences(path: str, column: str = "upos") -> List[TaggedSentenc
     return sentences
 
 
-def _dictionary(symbols: Sequence[str]) -> Dictionary:
-    dictionary = Dictionary()
-    for symbol in symbols:
-        dictionary.add_symbol(symbol)
-    return dictionary
-
-
-def _by_frequency(counts: Counter) -> List[str]:
-    return [s for s, _ in sorted(counts.items(), key=lambda item: (-item[1], item[0]))]
-
-
 class TaggingVocabulary:
     """What the training split defines: word and character dictionaries,
     the tag inventory and the lexicon (training form -> its tags).
@@ -98,8 +88,8 @@ class TaggingVocabulary:
 
     def __init__(self, words: Sequence[str], chars: Sequence[str], tags: Sequence[str],
                  lexicon: Dict[str, Sequence[str]]):
-        self.words = _dictionary(words)
-        self.chars = _dictionary(chars)
+        self.words = symbol_dictionary(words)
+        self.chars = symbol_dictionary(chars)
         self.tags = list(tags)
         self._tag_index = {t: i for i, t in enumerate(self.tags)}
         self.lexicon = {form: sorted(set(t)) for form, t in lexicon.items()}
@@ -114,8 +104,8 @@ class TaggingVocabulary:
             for word, tag in zip(sentence.words, sentence.tags):
                 chars.update(word)
                 lexicon.setdefault(word, set()).add(tag)
-        frequent = Counter({w: n for w, n in words.items() if n >= min_word_count})
-        return cls(_by_frequency(frequent), _by_frequency(chars), _by_frequency(tags), lexicon)
+        return cls(by_frequency(words, min_word_count), by_frequency(chars), by_frequency(tags),
+                   lexicon)
 
     def state_dict(self) -> dict:
         """Plain lists and dicts: checkpoints hold them, and

@@ -28,12 +28,11 @@ from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
 
 import numpy as np
-from fairseq.data import Dictionary
 from fairseq.dataclass import FairseqDataclass
 from fairseq.tasks import register_task
 from omegaconf import II
 
-from ..data.classification_data import classification_dataset, padded
+from ..data.classification_data import classification_dataset, padded, symbol_dictionary
 from ..errors import location, quoted
 from .classification import ClassificationTask
 from .input_options import fill_defaults, input_option, input_options
@@ -110,14 +109,9 @@ class LogicInferenceTask(ClassificationTask):
             )
         if cfg.valid_every < 2:
             raise ValueError(f"--valid-every must be at least 2, got {cfg.valid_every}")
-        dictionary = Dictionary()
-        symbols = set()
-        for path in cls.training_files(cfg):
-            for _, premise, hypothesis in read_examples(path):
-                symbols.update(premise, hypothesis)
-        for symbol in sorted(symbols):
-            dictionary.add_symbol(symbol)
-        return cls(cfg, dictionary, cls.build_label_dictionary(RELATIONS))
+        symbols = {token for path in cls.training_files(cfg)
+                   for _, premise, hypothesis in read_examples(path) for token in premise + hypothesis}
+        return cls(cfg, symbol_dictionary(sorted(symbols)), RELATIONS)
 
     @staticmethod
     def training_files(cfg) -> List[str]:

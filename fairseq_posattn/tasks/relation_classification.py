@@ -33,7 +33,7 @@ from fairseq.dataclass import FairseqDataclass
 from fairseq.tasks import register_task
 from omegaconf import II
 
-from ..data.classification_data import classification_dataset, padded
+from ..data.classification_data import by_frequency, classification_dataset, padded, symbol_dictionary
 from ..errors import quoted
 from ..metrics import NO_RELATION
 from ..models.relation.entity_positions import entity_distances
@@ -106,8 +106,8 @@ class RelationClassificationTask(ClassificationTask):
 
     cfg: RelationClassificationConfig
 
-    def __init__(self, cfg, dictionary, label_dictionary, tag_dictionaries: Dict[str, Dictionary]):
-        super().__init__(cfg, dictionary, label_dictionary)
+    def __init__(self, cfg, dictionary, labels, tag_dictionaries: Dict[str, Dictionary]):
+        super().__init__(cfg, dictionary, labels)
         self.tag_dictionaries = tag_dictionaries
 
     @classmethod
@@ -117,17 +117,12 @@ class RelationClassificationTask(ClassificationTask):
         fill_defaults(cfg, input_options(RelationClassificationConfig))  # read by the dictionaries
         train = read_tacred(os.path.join(cfg.data, "train.json"))
         words = Counter(w for example in train for w in cls.words(cfg, example))
-        dictionary = Dictionary()
-        for word, count in sorted(words.items(), key=lambda item: (-item[1], item[0])):
-            if count >= cfg.min_word_count or word.startswith(("SUBJ-", "OBJ-")):
-                dictionary.add_symbol(word)
-        tags = {}
-        for name in ("stanford_pos", "stanford_ner"):
-            tags[name] = Dictionary()
-            for tag in sorted({t for example in train for t in example[name]}):
-                tags[name].add_symbol(tag)
+        dictionary = symbol_dictionary(w for w in by_frequency(words) if words[w] >= cfg.min_word_count
+                                       or w.startswith(("SUBJ-", "OBJ-")))
+        tags = {name: symbol_dictionary(sorted({t for example in train for t in example[name]}))
+                for name in ("stanford_pos", "stanford_ner")}
         labels = sorted({example["relation"] for example in train} - {cfg.negative_label})
-        return cls(cfg, dictionary, cls.build_label_dictionary([cfg.negative_label] + labels), tags)
+        return cls(cfg, dictionary, [cfg.negative_label] + labels, tags)
 
     @staticmethod
     def words(cfg, example) -> List[str]:
@@ -153,7 +148,7 @@ class RelationClassificationTask(ClassificationTask):
         path = self.split_path(split)
         examples = read_tacred(path)
         unknown = [i for i, e in enumerate(examples, 1)
-                   if e["relation"] not in self._label_dictionary.indices]
+                   if e["relation"] not in self.label_dictionary.indices]
         if unknown:
             raise ValueError(
                 f"{path}, example {unknown[0]}: relation {quoted(examples[unknown[0] - 1]['relation'])} "
