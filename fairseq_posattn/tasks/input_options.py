@@ -1,28 +1,14 @@
 """Input options: task options that decide how a trained model reads its input.
 
-Some task options change what a trained model computes from a given input
-(the structural relative rule, the subword scheme, ...; docs/structure.md,
-"What a checkpoint remembers", lists every task option and says why it is or
-is not one).  Each is declared once with :func:`input_option`: its config
-value is None until resolved ("not given"), and its documented default
-applies only where no checkpoint says otherwise.  Every checkpoint records
-the resolved values in its task state (``task_state["input_options"]``), and
-the same rule holds on every route:
-
-* ``fairseq-train`` / ``fairseq-hydra-train`` resolve them before the task is
-  set up (:func:`resolve_for_training`): an option not given takes the value
-  of the checkpoint the run resumes (``checkpoint_last.pt``,
-  ``--restore-file``, ``--continue-once``), else of ``--finetune-from-model``,
-  else its documented default;
-* loading a checkpoint (``fairseq-generate``, ``-interactive``, ``-validate``,
-  ``from_pretrained``, the plugin's evaluations: fairseq calls the task's
-  ``load_state_dict``) gives an option not given the checkpoint's value;
-* a value given that differs from the checkpoint's is refused, naming both
-  (:class:`ContradictsCheckpoint`), except that ``--finetune-from-model``
-  starts a new model: there the value given wins, with a warning.
-
-A checkpoint saved before input options were recorded keeps the values given
-and the documented defaults, as the versions that wrote it did.
+Each is declared once with :func:`input_option`: its config value is None
+until resolved ("not given"), and its documented default applies only where
+no checkpoint says otherwise.  Every checkpoint records the resolved values in
+its task state (``task_state["input_options"]``); training resolves them
+against the checkpoint it resumes or fine-tunes (:func:`resolve_for_training`),
+loading a checkpoint binds them to its values (:meth:`RemembersInputOptions.load_state_dict`),
+and a value given that contradicts a checkpoint is refused naming both, except
+with ``--finetune-from-model`` (a warning).  docs/reliability.md, "What a
+checkpoint remembers", lists every task option and says why it is or is not one.
 """
 
 import dataclasses

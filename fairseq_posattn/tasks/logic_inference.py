@@ -1,26 +1,13 @@
 """``logic_inference``: the artificial-language inference task of Bowman et al. (2015).
 
-Each example is a pair of propositional formulas over the variables ``a``-``f``
-with ``not``/``and``/``or`` and one of seven natural-logic relations between
-them; Hao et al. (2019, Sec. 3.3, Fig. 1) and Tran et al. (2018) train on
-formulas with at most 6 operators and test on 1-12.
-
-The task reads Bowman's released files directly: a directory with
-``train0`` ... ``train12`` and ``test0`` ... ``test12``, one example per line,
-``relation<TAB>formula<TAB>formula``, where the file number is the largest
-operator count of the two formulas (12 = 12 or more).  Formulas are
-space-tokenised, parentheses included (they are the only cue to the bracketing).
-
-Splits:
-
-* ``train``: ``train0`` ... ``train<--max-train-operators>`` minus the
-  ``valid`` examples;
-* ``valid``: every ``--valid-every``-th line of those files (there is no
-  released validation set);
-* ``test``: all ``test*`` files; ``test<k>``: the file with k operators.
-
-The dictionary is built from the training files (the same every time they
-are read, so checkpoints evaluate on any copy of the data).
+Each example is a pair of propositional formulas with one of seven
+natural-logic relations between them; Hao et al. (2019, Sec. 3.3, Fig. 1) and
+Tran et al. (2018) train on formulas with at most 6 operators and test on
+1-12.  The task reads Bowman's released ``train0`` ... ``train12`` and
+``test0`` ... ``test12`` (``relation<TAB>formula<TAB>formula``; the file
+number is the operator count); ``valid`` is every ``--valid-every``-th
+training line, ``test<k>`` one test file (docs/evaluations.md has the splits).
+The dictionary is built from the training files, the same every time.
 """
 
 import os

@@ -2,22 +2,14 @@
 (Zhang et al. 2017; Bilan & Roth 2018).
 
 The data directory holds ``train.json``, ``dev.json`` (or ``valid.json``) and
-``test.json`` in TACRED's format: a JSON list of objects with ``token``,
-``subj_start``, ``subj_end``, ``obj_start``, ``obj_end`` (inclusive, 0-based),
-``subj_type``, ``obj_type``, ``stanford_pos``, ``stanford_ner`` and
-``relation``.  Every split is read as it is; nothing is binarized.
-
-Input per token: the word, with the subject and object mentions replaced by
-``SUBJ-<type>`` / ``OBJ-<type>`` (entity masking, as Zhang et al. 2017 and
-Bilan & Roth's implementation do; ``--no-entity-masking`` keeps the words),
-its POS and NER tags, and its distances to the subject and the object
-(:func:`~fairseq_posattn.models.relation.entity_positions.entity_distances`; the model
-bins them).  Dictionaries come from ``train.json``: words seen at least
-``--min-word-count`` times (rarer ones train the unknown-word embedding),
-all tags, all relations (plus ``--negative-label``).
-
-Train with ``--criterion relation_classification``; it reports micro
-precision, recall and F1 without the negative label, as TACRED's scorer.
+``test.json`` in TACRED's JSON format, read as they are.  Input per token: the
+word (subject and object masked as ``SUBJ-<type>`` / ``OBJ-<type>`` unless
+``--no-entity-masking``), its POS and NER tags and its distances to the
+subject and the object
+(:func:`~fairseq_posattn.models.relation.entity_positions.entity_distances`).
+Dictionaries come from ``train.json``.  Train with ``--criterion
+relation_classification`` (micro P/R/F1 without the negative label, as
+TACRED's scorer); docs/evaluations.md is the manual.
 """
 
 import json

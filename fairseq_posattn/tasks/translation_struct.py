@@ -1,13 +1,11 @@
 """``translation_struct``: translation whose source sentences carry dependency trees.
 
-Training and ``fairseq-generate`` read the trees that
-``fairseq-posattn-preprocess`` wrote beside the binarized source
-(``{split}.{src}-{tgt}.{src}.trees``), checked when a split is loaded to
-group its pieces into the words of their ``--subword-scheme`` markers;
-``fairseq-interactive``, whose batches hold only the subword pieces of each
-input line, rebuilds the words, parses them with ``--parser`` and projects
-the trees back onto the pieces (:meth:`TranslationStructTask.inference_step`).  Either way the encoder receives ``src_depths`` and
-``src_structural_positions`` in ``net_input``.
+Training and ``fairseq-generate`` read the tree files that
+``fairseq-posattn-preprocess`` wrote beside the binarized source, checked
+against it when a split is loaded; ``fairseq-interactive``, whose batches hold
+only subword pieces, parses the words of each line with ``--parser``
+(:meth:`TranslationStructTask.inference_step`).  Either way the encoder
+receives ``src_depths`` and ``src_structural_positions`` in ``net_input``.
 """
 
 import inspect
