@@ -70,17 +70,10 @@ def classification_dataset(
     ntokens: np.ndarray,
     shuffle_seed: Optional[int] = None,
 ) -> FairseqDataset:
-    """One example per target.
-
-    Args:
-        net_input: the model's keyword inputs, one dataset each.
-        targets: class indices.
-        sizes: the length fairseq filters on (``--max-positions``) and
-            batches by; examples are ordered by it.
-        ntokens: tokens per example (for ``ntokens`` and words per second).
-        shuffle_seed: order equal-size examples randomly with this seed
-            (training); None keeps the file order among them.
-    """
+    """One example per target (class index), with the model's keyword inputs
+    ``net_input`` (one dataset each).  Examples are ordered by ``sizes`` (the
+    length fairseq filters on and batches by), equal sizes at random with
+    ``shuffle_seed`` (training) or in file order; ``ntokens``: tokens per example."""
     dataset = NestedDictionaryDataset(
         {
             "id": IdDataset(),

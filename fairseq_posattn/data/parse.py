@@ -305,12 +305,6 @@ def _worker_task(c: int) -> Dict[str, object]:
 # meta, merge
 # ---------------------------------------------------------------------------
 
-def _meta(index: InputIndex, parser_id: Dict[str, object]) -> Dict[str, object]:
-    return {"input_sha256": index.sha256, "input_bytes": index.size,
-            "input_lines": index.n_lines, "chunk_size": index.chunk_size,
-            "chunks": index.n_chunks, "parser": parser_id}
-
-
 def check_or_write_meta(parts_dir: str, meta: Dict[str, object], write: bool = True) -> None:
     path = os.path.join(parts_dir, META_NAME)
     if os.path.exists(path):
@@ -477,7 +471,9 @@ def parse_file(args) -> None:
         logger.info("%s: %d sentences", args.conllu, existing.index.sentences)
     parts_dir = parts_dir_for(args.output)
     shard_i, shard_n = args.shard or (0, 1)
-    meta = _meta(index, existing.describe() if existing else parser_identity(args))
+    meta = {"input_sha256": index.sha256, "input_bytes": index.size, "input_lines": index.n_lines,
+            "chunk_size": index.chunk_size, "chunks": index.n_chunks,
+            "parser": existing.describe() if existing else parser_identity(args)}
 
     if args.merge_only:
         if not os.path.isdir(parts_dir):

@@ -16,7 +16,7 @@ from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 import torch
-from fairseq.data import Dictionary, FairseqDataset
+from fairseq.data import Dictionary, FairseqDataset, data_utils
 
 from ..structure import StructureError, read_conllu
 from ..errors import fail, quoted
@@ -206,25 +206,23 @@ class TaggedPieceDataset(FairseqDataset):
     def collater(self, samples):
         if not samples:
             return {}
-        words, chars = self.vocabulary.words, self.vocabulary.chars
-        batch, length = len(samples), max(len(s["words"]) for s in samples)
+        def padded(key, pad):
+            return data_utils.collate_tokens([torch.from_numpy(s[key]) for s in samples], pad)
+
+        length = max(len(s["words"]) for s in samples)
         width = max(s["chars"].shape[1] for s in samples)
-        src_tokens = torch.full((batch, length), words.pad(), dtype=torch.long)
-        src_chars = torch.full((batch, length, width), chars.pad(), dtype=torch.long)
-        target = torch.full((batch, length), PAD_TAG, dtype=torch.long)
-        word_class = torch.full((batch, length), KNOWN, dtype=torch.long)
+        src_chars = torch.full((len(samples), length, width), self.vocabulary.chars.pad(),
+                               dtype=torch.long)
         for row, s in enumerate(samples):
             n, c = s["chars"].shape
-            src_tokens[row, :n] = torch.from_numpy(s["words"])
             src_chars[row, :n, :c] = torch.from_numpy(s["chars"])
-            target[row, :n] = torch.from_numpy(s["tags"])
-            word_class[row, :n] = torch.from_numpy(s["classes"])
         lengths = torch.tensor([len(s["words"]) for s in samples], dtype=torch.long)
         return {
             "id": torch.tensor([s["id"] for s in samples], dtype=torch.long),
-            "nsentences": batch,
+            "nsentences": len(samples),
             "ntokens": int(lengths.sum()),
-            "net_input": {"src_tokens": src_tokens, "src_lengths": lengths, "src_chars": src_chars},
-            "target": target,
-            "word_class": word_class,
+            "net_input": {"src_tokens": padded("words", self.vocabulary.words.pad()),
+                          "src_lengths": lengths, "src_chars": src_chars},
+            "target": padded("tags", PAD_TAG),
+            "word_class": padded("classes", KNOWN),
         }

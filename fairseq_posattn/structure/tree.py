@@ -235,17 +235,15 @@ def multiword_representatives(n_tokens: int, token_of_word: Sequence[int],
 def collapse_multiword_tokens(n_tokens: int, token_of_word: Sequence[int],
                               word_heads: Sequence[int],
                               word_deprels: Optional[Sequence[str]] = None):
-    """Map a word-level tree (a parser expanded multiword tokens such as
-    ``don't`` -> ``do n't`` or ``zum`` -> ``zu dem``) back onto the surface tokens.
+    """Map a word-level tree (multiword tokens expanded: ``don't`` -> ``do
+    n't``, ``zum`` -> ``zu dem``) back onto the surface tokens.
 
-    ``token_of_word[w]`` is the 0-based surface token of 0-based word ``w``
-    (non-decreasing); ``word_heads`` are 1-based word heads (0 = root).  The
-    same rule as :func:`read_conllu` uses for
-    multiword ranges: a token takes the head (mapped to the token holding it)
-    and relation of its member closest to the root (the first on ties), whose
-    head necessarily lies outside the token.  Returns ``(heads, deprels)``
-    over tokens (1-based, 0 = root).  Raises ``StructureError`` when the word
-    tree has a cycle or a bad head.
+    ``token_of_word[w]``: the 0-based surface token of 0-based word ``w``
+    (non-decreasing); ``word_heads``: 1-based (0 = root).  A token takes the
+    head (mapped to the token holding it) and relation of its member closest
+    to the root (the first on ties), whose head lies outside the token.
+    Returns ``(heads, deprels)`` over tokens; a cycle or a bad head is a
+    ``StructureError``.
     """
     heads, deprels = [], ([] if word_deprels is not None else None)
     for t, w in enumerate(multiword_representatives(n_tokens, token_of_word, word_heads)):
