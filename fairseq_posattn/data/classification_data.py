@@ -63,6 +63,12 @@ def padded(tensors: Sequence[torch.Tensor], pad: int) -> RightPadDataset:
     return RightPadDataset(ListDataset(list(tensors), sizes), pad)
 
 
+def padded_symbols(dictionary: Dictionary, sequences: Iterable[Sequence[str]]) -> RightPadDataset:
+    """Symbol sequences as ``dictionary`` indices, right-padded with its pad in a batch."""
+    return padded([torch.tensor([dictionary.index(s) for s in symbols], dtype=torch.long)
+                   for symbols in sequences], dictionary.pad())
+
+
 def classification_dataset(
     net_input: Dict[str, FairseqDataset],
     targets: Sequence[int],

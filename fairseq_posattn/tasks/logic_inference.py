@@ -19,7 +19,7 @@ from fairseq.dataclass import FairseqDataclass
 from fairseq.tasks import register_task
 from omegaconf import II
 
-from ..data.classification_data import classification_dataset, padded, symbol_dictionary
+from ..data.classification_data import classification_dataset, padded_symbols, symbol_dictionary
 from ..errors import location, quoted
 from .classification import ClassificationTask
 from .input_options import fill_defaults, input_option, input_options
@@ -122,18 +122,10 @@ class LogicInferenceTask(ClassificationTask):
         examples = self.split_examples(split)
         if not examples:
             raise ValueError(f"split {split!r} of {self.cfg.data} has no examples")
-
-        def encode(tokens):
-            return self.dictionary.encode_line(
-                " ".join(tokens), add_if_not_exist=False, append_eos=False
-            ).long()
-
-        premises = [encode(p) for _, p, _ in examples]
-        hypotheses = [encode(h) for _, _, h in examples]
-        lengths = np.array([[len(p), len(h)] for p, h in zip(premises, hypotheses)])
-        pad = self.dictionary.pad()
+        lengths = np.array([[len(p), len(h)] for _, p, h in examples])
         self.datasets[split] = classification_dataset(
-            {"premise_tokens": padded(premises, pad), "hypothesis_tokens": padded(hypotheses, pad)},
+            {"premise_tokens": padded_symbols(self.dictionary, (p for _, p, _ in examples)),
+             "hypothesis_tokens": padded_symbols(self.dictionary, (h for _, _, h in examples))},
             self.label_targets(r for r, _, _ in examples),
             sizes=lengths.max(axis=1),
             ntokens=lengths.sum(axis=1),

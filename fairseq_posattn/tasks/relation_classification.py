@@ -25,7 +25,8 @@ from fairseq.dataclass import FairseqDataclass
 from fairseq.tasks import register_task
 from omegaconf import II
 
-from ..data.classification_data import by_frequency, classification_dataset, padded, symbol_dictionary
+from ..data.classification_data import (by_frequency, classification_dataset, padded,
+                                        padded_symbols, symbol_dictionary)
 from ..errors import quoted
 from ..metrics import NO_RELATION
 from ..models.relation.entity_positions import entity_distances
@@ -147,20 +148,15 @@ class RelationClassificationTask(ClassificationTask):
                 f"does not occur in train.json ({len(unknown)} such examples)"
             )
 
-        def encode(dictionary, symbols):
-            return torch.tensor([dictionary.index(s) for s in symbols], dtype=torch.long)
-
         def distances(example, entity):
             start, end = example[f"{entity}_start"], example[f"{entity}_end"]
             return torch.from_numpy(entity_distances(start, end, len(example["token"])))
 
         def tags(name):
-            dictionary = self.tag_dictionaries[name]
-            return padded([encode(dictionary, e[name]) for e in examples], dictionary.pad())
+            return padded_symbols(self.tag_dictionaries[name], (e[name] for e in examples))
 
         inputs = {
-            "src_tokens": padded([encode(self.dictionary, self.words(self.cfg, e)) for e in examples],
-                                 self.dictionary.pad()),
+            "src_tokens": padded_symbols(self.dictionary, (self.words(self.cfg, e) for e in examples)),
             "pos_tags": tags("stanford_pos"),
             "ner_tags": tags("stanford_ner"),
             "subject_distances": padded([distances(e, "subj") for e in examples], 0),
