@@ -233,22 +233,16 @@ def refuse_existing_dictionaries(args) -> None:
                                   f"(--srcdict/--tgtdict) to binarize anew with them")
 
 
-def binarize_text(args) -> None:
-    """fairseq-preprocess into a staging folder whose files move into
-    --destdir when it has finished (:func:`~.destination.staged`)."""
-    refuse_existing_dictionaries(args)
-    with staged(args.destdir) as staging:
-        preprocess.main(argparse.Namespace(**{**vars(args), "destdir": staging}))
-
-
 def main(args):
     refuse_unequal_sides(args)
     with destination_lock(args.destdir):
         if not args.trees_only:
             texts = [path for _, prefix in split_prefixes(args)
                      for path in text_paths(args, prefix) if os.path.exists(path)]
-            with binarizing_as_unknown(texts):
-                binarize_text(args)
+            refuse_existing_dictionaries(args)
+            # fairseq writes into a staging folder whose files move into --destdir when it is done
+            with binarizing_as_unknown(texts), staged(args.destdir) as staging:
+                preprocess.main(argparse.Namespace(**{**vars(args), "destdir": staging}))
         for split, prefix in split_prefixes(args):
             write_trees(args, split, prefix)
 

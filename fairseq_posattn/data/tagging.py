@@ -12,7 +12,7 @@ import glob
 import os
 from collections import Counter
 from dataclasses import dataclass
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Sequence
 
 import numpy as np
 import torch
@@ -149,11 +149,6 @@ class TaggingVocabulary:
         return out
 
 
-def piece_bounds(length: int, max_length: int) -> List[Tuple[int, int]]:
-    """Consecutive ``(start, end)`` pieces of at most ``max_length`` words."""
-    return [(s, min(s + max_length, length)) for s in range(0, length, max_length)]
-
-
 class TaggedPieceDataset(FairseqDataset):
     """Sentences cut into pieces of at most ``max_piece_length`` words.
 
@@ -173,7 +168,8 @@ class TaggedPieceDataset(FairseqDataset):
         self.shuffle = shuffle
         self.pieces, self._items = [], []
         for index, sentence in enumerate(sentences):
-            for start, end in piece_bounds(len(sentence.words), max_piece_length):
+            for start in range(0, len(sentence.words), max_piece_length):
+                end = start + max_piece_length
                 words, tags = sentence.words[start:end], sentence.tags[start:end]
                 self.pieces.append((index, start))
                 self._items.append((
