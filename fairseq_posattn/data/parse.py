@@ -162,22 +162,17 @@ def chunk_path(parts_dir: str, c: int) -> str:
     return os.path.join(parts_dir, "chunk-%06d.conllu" % c)
 
 
-def verify_chunk(path: str, lines: Sequence[str], first_line: int) -> int:
+def verify_chunk(path: str, lines: Sequence[str], first_line: int) -> None:
     """Check that chunk file ``path`` holds exactly the trees of ``lines``
-    (input lines ``first_line``, ``first_line + 1``, ...): same count, same
-    tokens, ``sent_id`` = line numbers.  Returns the sentence count; raises
+    (input lines ``first_line``, ``first_line + 1``, ...): one per line (as
+    :func:`read_conllu` checks them), ``sent_id`` = line numbers; raises
     :class:`StructureError` or :class:`ParseInputError`."""
-    n = 0
     for i, tree in enumerate(read_conllu(path, texts=lines)):
         want = str(first_line + i)
         if tree.sent_id != want:
             raise ParseInputError("%s, sentence %d: sent_id %s, expected %s (chunk of input "
                                   "lines %d-%d)" % (path, i + 1, quoted(tree.sent_id), want, first_line,
                                                     first_line + len(lines) - 1))
-        n += 1
-    if n != len(lines):
-        raise ParseInputError("%s has %d sentences, expected %d" % (path, n, len(lines)))
-    return n
 
 
 def parse_lines(parser: Parser, lines: Sequence[str], first_line: int, source: str,
@@ -227,7 +222,6 @@ def parse_lines(parser: Parser, lines: Sequence[str], first_line: int, source: s
     return trees, stats
 
 
-# ---------------------------------------------------------------------------
 # ---------------------------------------------------------------------------
 # chunk jobs, in this process or in workers
 # ---------------------------------------------------------------------------
