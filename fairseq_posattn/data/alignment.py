@@ -51,13 +51,10 @@ class WordStarts:
     def refuse_misaligned(self, source: np.ndarray, values: np.ndarray, sizes: np.ndarray,
                           where, first: int = 0) -> None:
         """StructureError if the tree of a sentence groups its pieces into
-        other words than its markers do.
-
-        ``source``: the binarized source of consecutive sentences (each
-        followed by EOS), concatenated; ``values``: their tree values,
-        concatenated; ``sizes``: their piece counts (without EOS, already
-        checked against the source); ``where(i)``: the place of sentence
-        ``i`` (counted from ``first``) in the message."""
+        other words than its markers do.  ``source``: the binarized source of
+        consecutive sentences (each followed by EOS) and ``values`` their tree
+        values, each concatenated; ``sizes``: their piece counts (without EOS);
+        ``where(i)`` names sentence ``i`` (counted from ``first``)."""
         sizes = np.asarray(sizes, dtype=np.int64)
         ends = np.cumsum(sizes + 1)
         pieces = np.delete(np.asarray(source), ends - 1)  # the EOS of each sentence

@@ -17,15 +17,10 @@ from .tree_files import refuse_mismatch
 
 
 class TreeLanguagePairDataset(BaseWrapperDataset):
-    """A :class:`~fairseq.data.LanguagePairDataset` whose source sentences have trees.
-
-    Args:
-        dataset: the language pair dataset (its source ends with EOS).
-        trees: per sentence, its tree over its pieces as
-            :func:`~fairseq_posattn.structure.pieces.encode_piece_tree` encodes it.
-        rule: ``"figure"`` or ``"text"`` (see :func:`relative_structural_positions`).
-        name: the split, for error messages.
-    """
+    """A :class:`~fairseq.data.LanguagePairDataset` whose source sentences have
+    trees: ``trees[i]`` is sentence i's tree over its pieces as
+    :func:`~fairseq_posattn.structure.pieces.encode_piece_tree` encodes it;
+    ``rule``: :data:`~fairseq_posattn.structure.RULES`; ``name``: the split."""
 
     def __init__(self, dataset, trees: Sequence, rule: str = "figure", name: str = ""):
         super().__init__(dataset)

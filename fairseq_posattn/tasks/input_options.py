@@ -76,22 +76,18 @@ def bind(cfg, options: Mapping[str, Any], recorded: Mapping[str, Any], unset: Se
     for name, saved in recorded.items():
         if name not in options or saved is None:
             continue  # an option this version does not have
+        given = plain(getattr(cfg, name))
         if name in unset:
             setattr(cfg, name, saved)
             unset.discard(name)
-            continue
-        given = plain(getattr(cfg, name))
-        if given == saved:
-            continue
-        if not refuse:
+        elif given != saved and refuse:
+            raise ContradictsCheckpoint(
+                f"{flag(name)} {_shown(given)} contradicts {checkpoint}, which was trained with "
+                f"{flag(name)} {_shown(saved)}: leave the option out to use the checkpoint's value")
+        elif given != saved:
             logger.warning("%s %s differs from %s, which was trained with %s %s: the model "
                            "is fine-tuned reading its input with %s", flag(name), _shown(given),
                            checkpoint, flag(name), _shown(saved), _shown(given))
-            continue
-        raise ContradictsCheckpoint(
-            f"{flag(name)} {_shown(given)} contradicts {checkpoint}, which was trained with "
-            f"{flag(name)} {_shown(saved)}: leave the option out to use the checkpoint's value"
-        )
 
 
 class RemembersInputOptions:
