@@ -125,27 +125,24 @@ def check_tree(heads: Sequence[int], where: str = "",
     one root and no cycle.  Several roots are allowed (a forest).  ``where``
     prefixes the message; ``words``, when given, name the words on a cycle.
     """
-    h = _as_heads(heads, where)
-    if h.size == 0:
+    if len(_validated(heads, where, words)[0]) == 0:
         raise fail("the sentence has no words", "a tree needs at least one word", where=where)
-    _, problem = analyse_heads(h, words)
-    if problem is not None:
-        raise fail(problem[1], problem[2], where=where)
 
 
 def tree_depths(heads: Sequence[int]) -> np.ndarray:
     """Absolute structural positions (Wang et al. 2019, Eq. 5): the number of
     arcs from each word to its root, int64; every root of a forest has depth
     0.  O(n).  Raises :class:`StructureError` on a cycle or bad head."""
-    _, depths = _validated(heads)
-    return depths
+    return _validated(heads)[1]
 
 
-def _validated(heads: Sequence[int]) -> Tuple[np.ndarray, np.ndarray]:
-    h = _as_heads(heads, "")
-    depths, problem = analyse_heads(h)
+def _validated(heads: Sequence[int], where: str = "", words: Optional[Sequence[str]] = None
+               ) -> Tuple[np.ndarray, np.ndarray]:
+    """(``heads`` as int64, their depths), or a StructureError naming the problem."""
+    h = _as_heads(heads, where)
+    depths, problem = analyse_heads(h, words)
     if problem is not None:
-        raise fail(problem[1], problem[2])
+        raise fail(problem[1], problem[2], where=where)
     return h, depths
 
 
