@@ -226,15 +226,6 @@ def parse_lines(parser: Parser, lines: Sequence[str], first_line: int, source: s
 # chunk jobs, in this process or in workers
 # ---------------------------------------------------------------------------
 
-def _load_parser(backend: str, options: Dict[str, object], threads: Optional[int]) -> Parser:
-    if threads and "torch" in sys.modules:
-        sys.modules["torch"].set_num_threads(threads)
-    t0 = time.time()
-    parser = build_parser(backend, **options)
-    logger.info("loaded the %s parser in %.1f s (pid %d)", backend, time.time() - t0, os.getpid())
-    return parser
-
-
 class ChunkJob:
     """Does one chunk: skips it if it is done, else parses it with ``args.parser``
     (loaded for the first chunk that needs it) or reads it from ``existing``
@@ -266,7 +257,12 @@ class ChunkJob:
         if self.is_done(c, lines):
             return {"chunk": c, "sentences": len(lines), "skipped": True}
         if self.parser is None:
-            self.parser = _load_parser(self.backend, self.options, self.threads)
+            if self.threads and "torch" in sys.modules:
+                sys.modules["torch"].set_num_threads(self.threads)
+            t0 = time.time()
+            self.parser = build_parser(self.backend, **self.options)
+            logger.info("loaded the %s parser in %.1f s (pid %d)", self.backend, time.time() - t0,
+                        os.getpid())
         t0 = time.time()
         if isinstance(self.parser, ExistingParse):
             trees, stats = self.parser.chunk_trees(c, lines, last=c == self.index.n_chunks - 1), {}

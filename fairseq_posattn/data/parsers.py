@@ -277,8 +277,8 @@ def resolve_udpipe_model(model: Optional[str], lang: Optional[str] = None) -> st
     """Path of a UDPipe model file: ``model`` itself, a packaged model name
     (``udchinese``) or, with no model and ``lang`` zh, the udchinese file."""
     how = ("UDPipe needs a model file: --parser-model PATH.udpipe (UD 2.x models: "
-           "https://hdl.handle.net/11234/1-3131); for Chinese offline: %s (or "
-           "pip install --no-deps udchinese==0.6.1) and --parser-model udchinese" % _MODELS_REQUIREMENTS)
+           "https://hdl.handle.net/11234/1-3131); for Chinese offline: %s (or %s) and "
+           "--parser-model udchinese" % (_MODELS_REQUIREMENTS, UDPIPE_PACKAGED_MODELS["udchinese"][2]))
     if not model:
         if lang in ("zh", "zh-hans", "zh-hant", "chinese"):
             model = "udchinese"
