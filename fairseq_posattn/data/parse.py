@@ -179,12 +179,12 @@ def parse_lines(parser: Parser, lines: Sequence[str], first_line: int, source: s
                 batch_size: int, progress=None) -> Tuple[List[DependencyTree], Dict[str, int]]:
     """Parse ``lines`` (input lines ``first_line``...) in batches; every tree
     is checked against its line (token count: error naming the line; forms:
-    the input's are kept) and for cycles/bad heads."""
+    the input's are kept) and for cycles/bad heads; the trees and counts of
+    trees with several roots and with forms changed."""
     trees: List[DependencyTree] = []
     stats = {"multi_root": 0, "forms_changed": 0}
     for start in range(0, len(lines), batch_size):
-        batch_lines = lines[start:start + batch_size]
-        batch = [line.split() for line in batch_lines]  # as fairseq's tokenize_line
+        batch = [line.split() for line in lines[start:start + batch_size]]  # as fairseq splits
         parsed = parser.parse(batch)
         if len(parsed) != len(batch):
             raise ParseInputError(
@@ -192,8 +192,7 @@ def parse_lines(parser: Parser, lines: Sequence[str], first_line: int, source: s
                 % (source, first_line + start, first_line + start + len(batch) - 1,
                    parser.name, len(parsed), len(batch)))
         for j, (tokens, tree) in enumerate(zip(batch, parsed)):
-            line_no = first_line + start + j
-            where = "%s, line %d" % (source, line_no)
+            where = "%s, line %d" % (source, first_line + start + j)
             if len(tree.words) != len(tokens) or len(tree.heads) != len(tokens):
                 raise ParseInputError(
                     "%s: the %s parser returned %d tokens for the %d tokens of the line "
@@ -214,8 +213,6 @@ def parse_lines(parser: Parser, lines: Sequence[str], first_line: int, source: s
                 stats["multi_root"] += 1
             if tree.deprels is not None and len(tree.deprels) != len(tokens):
                 tree.deprels = None
-            tree.sent_id = str(line_no)
-            tree.text = batch_lines[j].strip()
             trees.append(tree)
         if progress is not None:
             progress(len(batch))
@@ -264,14 +261,18 @@ class ChunkJob:
             logger.info("loaded the %s parser in %.1f s (pid %d)", self.backend, time.time() - t0,
                         os.getpid())
         t0 = time.time()
-        if isinstance(self.parser, ExistingParse):
-            trees, stats = self.parser.chunk_trees(c, lines, last=c == self.index.n_chunks - 1), {}
+        first = self.index.chunk_lines(c)[0]
+        if isinstance(self.parser, ExistingParse):  # checked against the lines as it is read
+            trees, stats = list(self.parser.index.read_part(
+                c, texts=lines, last=c == self.index.n_chunks - 1)), {}
             if progress is not None:
                 progress(len(trees))
         else:
-            trees, stats = parse_lines(self.parser, lines, self.index.chunk_lines(c)[0],
-                                       self.index.path, self.batch_size, progress)
+            trees, stats = parse_lines(self.parser, lines, first, self.index.path, self.batch_size,
+                                       progress)
         seconds = time.time() - t0
+        for i, (tree, line) in enumerate(zip(trees, lines)):
+            tree.sent_id, tree.text = str(first + i), line.strip()
         with atomic_output(chunk_path(self.parts_dir, c)) as f:
             write_conllu(trees, f)
         return {"chunk": c, "sentences": len(trees), "skipped": False, "seconds": seconds,

@@ -10,7 +10,7 @@ expands multiword tokens in what it returns.  :func:`build_parser` makes one::
     trees = parser.parse([["The", "cat", "sat", "."], ["U.S.", "ok"]])
 
 The ``conllu`` backend (an existing parse checked against the text) is
-:class:`ExistingParse`, which reads the trees of one chunk of the text at a time.
+:class:`ExistingParse`, whose trees are read one chunk of the text at a time.
 """
 
 import importlib.util
@@ -337,8 +337,8 @@ class UDPipeParser(Parser):
 
 class ExistingParse:
     """The ``conllu`` backend: an existing parse of the text, scanned once
-    here (:func:`~fairseq_posattn.structure.conllu_io.index_sentences`) and
-    read one chunk of ``chunk_size`` lines at a time."""
+    here into an ``index`` whose part ``c`` holds the trees of chunk ``c``
+    (:func:`~fairseq_posattn.structure.conllu_io.index_sentences`)."""
 
     name = "conllu"
 
@@ -350,17 +350,6 @@ class ExistingParse:
     def describe(self):
         return {"backend": self.name, "conllu_sha256": self.index.sha256,
                 "conllu_bytes": self.index.size}
-
-    def chunk_trees(self, c: int, lines: Sequence[str], last: bool) -> List[DependencyTree]:
-        """The trees of chunk ``c``, checked against its ``lines`` (as
-        :func:`~fairseq_posattn.structure.read_conllu` does) and numbered like a
-        fresh parse.  ``last``: the text's last chunk, so the file must end with it."""
-        first = c * self.index.every + 1
-        trees = list(self.index.read_part(c, texts=lines, last=last))
-        for i, (tree, line) in enumerate(zip(trees, lines)):
-            tree.sent_id = str(first + i)
-            tree.text = line.strip()
-        return trees
 
 
 def build_parser(name: str, **options) -> Parser:
