@@ -84,8 +84,7 @@ class TreeFileWriter:
         code = indexed_dataset._dtype_header_code(self.dtype.type)
         sizes = np.memmap(f"{self.partial}.sizes", dtype="<i4", mode="r") if self.count else []
         with open(path, "wb") as index:
-            index.write(_INDEX_MAGIC + struct.pack("<Q", 1) + struct.pack("<B", code)
-                        + struct.pack("<Q", self.count))
+            index.write(_INDEX_MAGIC + struct.pack("<QBQ", 1, code, self.count))  # version 1
             for start, end in blocks(self.count):
                 index.write(np.asarray(sizes[start:end]).tobytes())
             offset = 0
