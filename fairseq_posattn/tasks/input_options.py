@@ -56,10 +56,6 @@ def plain(value):
     return value.value if isinstance(value, Enum) else value
 
 
-def values(cfg, options) -> Dict[str, Any]:
-    return {name: plain(getattr(cfg, name)) for name in options}
-
-
 def fill_defaults(cfg, options: Mapping[str, Any]) -> Set[str]:
     """Give every option that is not given its documented default; the names not given."""
     unset = {name for name in options if getattr(cfg, name, None) is None}
@@ -103,7 +99,8 @@ class RemembersInputOptions:
         self._record()
 
     def _record(self):
-        self.state.merge_state_dict({RECORD: values(self.cfg, self._input_options)})
+        recorded = {name: plain(getattr(self.cfg, name)) for name in self._input_options}
+        self.state.merge_state_dict({RECORD: recorded})
 
     def load_state_dict(self, state_dict):
         """Bind the input options to the checkpoint's (an ensemble's checkpoints
