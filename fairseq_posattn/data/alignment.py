@@ -4,19 +4,11 @@ binarized source imply agree with the word starts of its trees.
 A tree file marks, per piece, whether it starts a word (a non-zero value,
 :func:`~fairseq_posattn.structure.pieces.encode_piece_tree`); the binarized
 source holds piece ids, whose dictionary entries carry the markers of
-``--subword-scheme``: under ``subword_nmt`` a piece after one ending in
-``@@`` continues its word, under ``sentencepiece`` a piece starting with
-``▁`` starts one, under ``none`` every piece is a word, and a sentence's
-first piece always starts one.  :class:`WordStarts` reads each dictionary
-entry's marker once; :meth:`WordStarts.refuse_misaligned` compares a block of
-sentences with numpy, so the check costs a few array operations per block.
-``<unk>`` hides the marker of the piece it replaced, so what that marker
-decides is not checked.
-
-``fairseq-posattn-preprocess`` checks the trees it writes against the
-binarized text, and ``translation_struct`` checks every split it loads: trees
-of two sentences of equal length swapped, or a text segmented anew after it
-was binarized, are refused naming the sentence and both segmentations.
+``--subword-scheme`` (``@@`` continues a word, ``▁`` starts one, ``none``:
+every piece is a word; a sentence's first piece always starts one).
+:class:`WordStarts` reads each entry's marker once and compares blocks of
+sentences with numpy.  ``<unk>`` hides the marker of the piece it replaced,
+so what that marker decides is not checked.
 """
 
 import numpy as np
@@ -59,13 +51,10 @@ class WordStarts:
     def refuse_misaligned(self, source: np.ndarray, values: np.ndarray, sizes: np.ndarray,
                           where, first: int = 0) -> None:
         """StructureError if the tree of a sentence groups its pieces into
-        other words than its markers do.
-
-        ``source``: the binarized source of consecutive sentences (each
-        followed by EOS), concatenated; ``values``: their tree values,
-        concatenated; ``sizes``: their piece counts (without EOS, already
-        checked against the source); ``where(i)``: the place of sentence
-        ``i`` (counted from ``first``) in the message."""
+        other words than its markers do.  ``source``: the binarized source of
+        consecutive sentences (each followed by EOS) and ``values`` their tree
+        values, each concatenated; ``sizes``: their piece counts (without EOS);
+        ``where(i)`` names sentence ``i`` (counted from ``first``)."""
         sizes = np.asarray(sizes, dtype=np.int64)
         ends = np.cumsum(sizes + 1)
         pieces = np.delete(np.asarray(source), ends - 1)  # the EOS of each sentence

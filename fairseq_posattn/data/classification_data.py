@@ -6,11 +6,13 @@ usual ``id`` / ``net_input`` / ``target`` / ``nsentences`` / ``ntokens``
 sample layout (the one fairseq's ``sentence_prediction`` criterion reads).
 """
 
-from typing import Dict, Optional, Sequence
+from collections import Counter
+from typing import Dict, Iterable, List, Optional, Sequence
 
 import numpy as np
 import torch
 from fairseq.data import (
+    Dictionary,
     FairseqDataset,
     IdDataset,
     ListDataset,
@@ -21,6 +23,21 @@ from fairseq.data import (
     SortDataset,
     data_utils,
 )
+
+
+def symbol_dictionary(symbols: Iterable[str]) -> Dictionary:
+    """A fairseq dictionary of ``symbols``, in their order after the special symbols."""
+    dictionary = Dictionary()
+    for symbol in symbols:
+        dictionary.add_symbol(symbol)
+    return dictionary
+
+
+def by_frequency(counts: Counter, min_count: int = 1) -> List[str]:
+    """The symbols counted at least ``min_count`` times, the most frequent first
+    (ties in alphabetical order)."""
+    return [s for s, n in sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+            if n >= min_count]
 
 
 class TokenCountDataset(FairseqDataset):
@@ -46,6 +63,12 @@ def padded(tensors: Sequence[torch.Tensor], pad: int) -> RightPadDataset:
     return RightPadDataset(ListDataset(list(tensors), sizes), pad)
 
 
+def padded_symbols(dictionary: Dictionary, sequences: Iterable[Sequence[str]]) -> RightPadDataset:
+    """Symbol sequences as ``dictionary`` indices, right-padded with its pad in a batch."""
+    return padded([torch.tensor([dictionary.index(s) for s in symbols], dtype=torch.long)
+                   for symbols in sequences], dictionary.pad())
+
+
 def classification_dataset(
     net_input: Dict[str, FairseqDataset],
     targets: Sequence[int],
@@ -53,17 +76,10 @@ def classification_dataset(
     ntokens: np.ndarray,
     shuffle_seed: Optional[int] = None,
 ) -> FairseqDataset:
-    """One example per target.
-
-    Args:
-        net_input: the model's keyword inputs, one dataset each.
-        targets: class indices.
-        sizes: the length fairseq filters on (``--max-positions``) and
-            batches by; examples are ordered by it.
-        ntokens: tokens per example (for ``ntokens`` and words per second).
-        shuffle_seed: order equal-size examples randomly with this seed
-            (training); None keeps the file order among them.
-    """
+    """One example per target (class index), with the model's keyword inputs
+    ``net_input`` (one dataset each).  Examples are ordered by ``sizes`` (the
+    length fairseq filters on and batches by), equal sizes at random with
+    ``shuffle_seed`` (training) or in file order; ``ntokens``: tokens per example."""
     dataset = NestedDictionaryDataset(
         {
             "id": IdDataset(),

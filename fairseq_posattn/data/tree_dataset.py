@@ -1,13 +1,10 @@
 """Source sentences with their dependency trees, batched for the encoder.
 
-On disk the structure is one small integer per subword piece (a fairseq
-indexed dataset beside the binarized text, see
-:mod:`fairseq_posattn.data.tree_files`), from which the head of every word
-and the word of every piece are decoded.  The collater derives the
-piece-level depths ``[B, T]`` and relative structural positions ``[B, T, T]``
-(Wang et al. 2019, Sec. 3.1) for the batch, laid out exactly like
-``src_tokens``: same sentence order, same padding side, the appended EOS, and
-``--truncate-source`` applied.
+The collater decodes the tree files' values
+(:mod:`fairseq_posattn.data.tree_files`) into the piece-level depths ``[B, T]``
+and relative structural positions ``[B, T, T]`` (Wang et al. 2019, Sec. 3.1)
+of the batch, laid out exactly like ``src_tokens``: same sentence order, same
+padding side, the appended EOS, and ``--truncate-source`` applied.
 """
 
 from typing import Sequence
@@ -20,15 +17,10 @@ from .tree_files import refuse_mismatch
 
 
 class TreeLanguagePairDataset(BaseWrapperDataset):
-    """A :class:`~fairseq.data.LanguagePairDataset` whose source sentences have trees.
-
-    Args:
-        dataset: the language pair dataset (its source ends with EOS).
-        trees: per sentence, its tree over its pieces as
-            :func:`~fairseq_posattn.structure.pieces.encode_piece_tree` encodes it.
-        rule: ``"figure"`` or ``"text"`` (see :func:`relative_structural_positions`).
-        name: the split, for error messages.
-    """
+    """A :class:`~fairseq.data.LanguagePairDataset` whose source sentences have
+    trees: ``trees[i]`` is sentence i's tree over its pieces as
+    :func:`~fairseq_posattn.structure.pieces.encode_piece_tree` encodes it;
+    ``rule``: :data:`~fairseq_posattn.structure.RULES`; ``name``: the split."""
 
     def __init__(self, dataset, trees: Sequence, rule: str = "figure", name: str = ""):
         super().__init__(dataset)

@@ -1,20 +1,12 @@
 """The tree file: what ``fairseq-posattn-preprocess`` writes beside the
 binarized source and ``translation_struct`` reads back.
 
-Per split, beside fairseq's ``{split}.{src}-{tgt}.{src}.bin/.idx``, one
-fairseq mmap indexed dataset ``{split}.{src}-{tgt}.{src}.trees.{bin,idx}``:
-per sentence one value per subword piece, the head of the piece's word (+ 1)
-at a word's first piece and 0 at the others
-(:func:`~fairseq_posattn.structure.pieces.encode_piece_tree`).  The values
-take the smallest unsigned type that holds the longest source sentence
-(``uint8`` up to 254 pieces), so the file is at most the size of fairseq's
-own source files.
-
-:class:`TreeFileWriter` writes it in constant memory (under temporary names,
-moved into place only when complete); :func:`load_trees` finds, checks and
-loads it, in constant memory too, and checks it against the binarized source
-(:func:`refuse_unaligned`: one tree per sentence, over its pieces, grouping
-them into the words of their subword markers).
+Per split, one fairseq mmap indexed dataset
+``{split}.{src}-{tgt}.{src}.trees.{bin,idx}``: per sentence one value per
+subword piece (:func:`~fairseq_posattn.structure.pieces.encode_piece_tree`),
+in the smallest unsigned type that holds the longest source sentence.
+:class:`TreeFileWriter` writes it and :func:`load_trees` checks and loads it,
+both in constant memory.
 """
 
 import itertools
@@ -25,7 +17,7 @@ from typing import Iterator, Optional, Tuple
 import numpy as np
 from fairseq.data import ConcatDataset, data_utils, indexed_dataset
 
-from ..structure import StructureError, encode_piece_tree
+from ..structure import StructureError
 from .alignment import WordStarts
 
 TREES = "trees"
@@ -61,17 +53,11 @@ def blocks(n: int) -> Iterator[Tuple[int, int]]:
 
 class TreeFileWriter:
     """Writes the tree file of one split with the prefix ``dest``
-    (``{destdir}/{split}.{src}-{tgt}.{src}``)::
-
-        with TreeFileWriter(dest, tree_dtype(longest)) as out:
-            out.add(heads, piece_words)      # per sentence, in corpus order
-            out.add_encoded(values, sizes)   # or many sentences at once
-
-    The data go straight to disk and the sizes to a side file, from which the
-    index is written at the end, block by block: memory does not grow with
-    the corpus.  Written under temporary names and moved into place when the
-    block ends without an error, so a killed run leaves no half-written file
-    that looks finished; on an error the temporary files are removed."""
+    (``{destdir}/{split}.{src}-{tgt}.{src}``) in a ``with`` block, sentences in
+    corpus order (:meth:`add_encoded`).  The data go straight to disk and the
+    sizes to a side file, from which the index is written at the end, block by
+    block.  The files are moved into place only when the block ends without an
+    error; on an error they are removed."""
 
     def __init__(self, dest: str, dtype: np.dtype):
         self.dest = dest
@@ -83,10 +69,6 @@ class TreeFileWriter:
         self.data = open(f"{self.partial}.bin", "wb")
         self.sizes = open(f"{self.partial}.sizes", "wb")
         return self
-
-    def add(self, heads, piece_words) -> None:
-        values = encode_piece_tree(heads, piece_words)
-        self.add_encoded(values, np.array([len(values)]))
 
     def add_encoded(self, values: np.ndarray, sizes: np.ndarray) -> None:
         """Sentences whose concatenated values are ``values`` and whose piece
@@ -102,8 +84,7 @@ class TreeFileWriter:
         code = indexed_dataset._dtype_header_code(self.dtype.type)
         sizes = np.memmap(f"{self.partial}.sizes", dtype="<i4", mode="r") if self.count else []
         with open(path, "wb") as index:
-            index.write(_INDEX_MAGIC + struct.pack("<Q", 1) + struct.pack("<B", code)
-                        + struct.pack("<Q", self.count))
+            index.write(_INDEX_MAGIC + struct.pack("<QBQ", 1, code, self.count))  # version 1
             for start, end in blocks(self.count):
                 index.write(np.asarray(sizes[start:end]).tobytes())
             offset = 0
@@ -142,22 +123,12 @@ def _corrupt(what: str) -> StructureError:
 
 
 def load_tree_file(path: str):
-    """The tree file ``path.bin`` + ``path.idx`` written by
-    fairseq-posattn-preprocess (a fairseq mmap indexed dataset), or None if
-    it is missing.
-
-    Checked as a whole, block by block, before any batch is made: the index
-    must be readable, as long as its sentence count says, its byte offsets
-    those of its sizes, the data file exactly as long as the sizes say, and
-    every sentence's first piece must start a word.  So any change to an
-    index, and a truncated, extended or half-written data file (an
-    interrupted run, a copy cut short, files of two runs), is a
-    :class:`StructureError` naming the file, never an IndexError or a
-    silently shifted tree later on.  Other values inside a data file of the
-    right length are checked when batches are made (heads in range, no
-    cycles): a change that still spells a valid tree cannot be told from the
-    real one.
-    """
+    """The tree file ``path.bin`` + ``path.idx`` (a fairseq mmap indexed
+    dataset), or None if it is missing; checked block by block first (the
+    index's header, length and offsets, the data file's length, every
+    sentence's first piece starting a word), so that a truncated, extended or
+    half-written file is a :class:`StructureError` naming it, never an
+    IndexError or a shifted tree later on."""
     bin_path = indexed_dataset.data_file_path(path)
     idx_path = indexed_dataset.index_file_path(path)
     if not (os.path.exists(bin_path) and os.path.exists(idx_path)):

@@ -91,23 +91,17 @@ def batch_piece_structure(heads: Sequence[np.ndarray], piece_words: Sequence[np.
                           max_pieces: Optional[int] = None, left_pad: bool = False,
                           width: Optional[int] = None,
                           ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Depths and relative structural positions of the pieces of B sentences:
-    for each sentence, :func:`~fairseq_posattn.structure.tree.piece_structure`
-    of its ``heads[b]``, ``piece_words[b]``, ``rule``, ``append_eos`` and
-    ``max_pieces`` (fairseq's ``--truncate-source``), padded into one batch.
-
-    ``heads[b]``: 1-based heads of sentence b's words (0 = root; a forest is
-    fine); ``piece_words[b]``: the 0-based word of each of its pieces (as
-    :func:`piece_word_map` gives it: starts at 0, grows by 0 or 1, ends at
-    the last word); both are checked.
+    """For each sentence b, :func:`~fairseq_posattn.structure.tree.piece_structure`
+    of ``heads[b]`` (1-based, 0 = root), ``piece_words[b]`` (as
+    :func:`piece_word_map` gives it; both are checked), ``rule``,
+    ``append_eos`` and ``max_pieces``, padded into one batch.
 
     Returns ``depth [B, L]`` and ``rel [B, L, L]`` (``rel[b, q, k]``: key k
     seen from query q, unclipped) in the smallest signed integer type that
-    holds them (:func:`smallest_int_type`: int8 up to 63 words, so a batch
-    is an eighth of int64's bytes; the encoder widens them once per forward
-    pass), and int64 ``lengths [B]``; padding is 0.  L is the longest sentence, or ``width``
-    if larger; sentences are right-padded, or left-padded with ``left_pad``
-    (fairseq's layout of the source tokens).
+    holds them (int8 up to 63 words: an eighth of int64's bytes; the encoder
+    widens them once per forward pass), and int64 ``lengths [B]``; padding is
+    0.  L is the longest sentence, or ``width`` if larger; sentences are
+    right-padded, or left-padded with ``left_pad`` (fairseq's source layout).
     """
     _check_options(rule, max_pieces)
     if len(heads) != len(piece_words):
@@ -245,15 +239,11 @@ def batch_trees_of_pieces(pieces: Sequence[Sequence[str]], scheme: str,
                           parse: Callable[[List[List[str]]], Sequence[Sequence[int]]],
                           rule: str = "figure", left_pad: bool = False,
                           width: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Raw pieces -> words -> parse -> trees projected onto the pieces -> the
-    batch's ``depth [B, L]`` and ``rel [B, L, L]`` (EOS appended), as
-    :func:`batch_piece_structure` lays them out.
-
-    ``pieces[b]``: sentence b's subword pieces (without EOS); ``scheme``: how
-    they make words (:data:`SCHEMES`); ``parse``: called once with the word
-    lists of the sentences that have words, returns each one's 1-based heads
-    (a parser, given trees, or random trees).  An empty sentence is EOS alone.
-    """
+    """Raw pieces (without EOS) -> words (``scheme``) -> trees -> the batch's
+    ``depth [B, L]`` and ``rel [B, L, L]`` with EOS, laid out as by
+    :func:`batch_piece_structure`.  ``parse`` is called once with the word
+    lists of the sentences that have words and returns each one's 1-based
+    heads.  An empty sentence is EOS alone."""
     segmented = [segment_pieces(p, scheme) for p in pieces]  # (piece_words, words)
     words = [w for _, w in segmented]
     heads = [np.zeros(0, dtype=np.int64)] * len(words)

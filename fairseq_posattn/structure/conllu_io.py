@@ -62,23 +62,17 @@ class SentenceIndex:
     size: int
     sha256: str
 
-    def part_range(self, k: int) -> Tuple[SentenceStart, int]:
-        """(start, end offset) of part ``k``; the last part runs to the end
-        of the file, and a part past it is empty (at the end of the file)."""
-        if k >= len(self.starts):
-            return SentenceStart(self.size, self.sentences + 1, self.lines + 1), self.size
-        end = self.starts[k + 1].offset if k + 1 < len(self.starts) else self.size
-        return self.starts[k], end
-
     def read_part(self, k: int, texts: Optional[Iterable[str]] = None,
                   last: bool = False) -> Iterator[DependencyTree]:
         """The trees of part ``k`` (checked against ``texts`` as by
-        :func:`read_conllu`); messages count sentences and lines from the
-        start of the file.  ``last``: read to the end of the file, so that
-        sentences beyond the text's last line are an error."""
-        start, end = self.part_range(k)
-        if last:
-            end = self.size
+        :func:`read_conllu`); a part past the last is empty.  ``last``: read to
+        the end of the file, so that sentences beyond the text's last line are
+        an error."""
+        if k >= len(self.starts):
+            start = SentenceStart(self.size, self.sentences + 1, self.lines + 1)
+        else:
+            start = self.starts[k]
+        end = self.starts[k + 1].offset if k + 1 < len(self.starts) and not last else self.size
         with open(self.path, "rb") as f:
             f.seek(start.offset)
             data = f.read(end - start.offset)
@@ -158,34 +152,20 @@ def _open(path_or_file: PathOrFile, mode: str, source: Optional[str]):
 def read_conllu(path_or_file: PathOrFile, texts: Optional[Iterable[str]] = None,
                 source: Optional[str] = None, start: Optional[SentenceStart] = None
                 ) -> Iterator[DependencyTree]:
-    """Yield the dependency trees of a CoNLL-U file (a path or a text file).
+    """Yield the dependency trees of a CoNLL-U file (a path or a text file), lazily.
 
-    Comments keep ``# sent_id`` and ``# text``; a blank line ends a sentence
-    (the last one may lack it; several blank lines count as one).  Empty nodes
-    (``8.1``) are skipped: they only matter for enhanced dependencies.
-
-    Multiword tokens: the tree is over *surface tokens* (what the tokenized
-    text has).  A range ``a-b`` becomes one node whose form is the range's
-    FORM; its head (and DEPREL, UPOS, XPOS) is that of the member whose head
-    lies outside the range (of several such members, the one closest to the
-    root; ties: the first).  Heads of other words that point into the range point to the
-    collapsed node.  Contracting a range this way never makes a cycle.
-
-    Several roots (HEAD 0) are allowed: the tree is a forest and every root
-    has depth 0.  Non-projective trees are fine.
-
-    ``texts``: the tokenized text, one sentence per line (whitespace-separated
-    tokens); every tree's surface tokens must equal its line's tokens, and the
-    file must have exactly as many sentences as ``texts`` has lines.
-
-    Every problem (columns, IDs, heads, ranges, cycles, missing root, empty
-    sentence, mismatch with ``texts``) raises :class:`StructureError` naming
-    the file (``source``, else the path, else the file object's name), the
-    1-based sentence number, the line and what to do.  Trees come out lazily.
-
-    ``start``: the file (object) is a part of a larger file that begins at
-    this sentence and line (see :func:`index_sentences`), so that messages
-    and ``tree.index`` count from the start of the whole file.
+    Comments keep ``# sent_id`` and ``# text``; blank lines end a sentence;
+    empty nodes (``8.1``) are skipped.  The tree is over *surface tokens*: a
+    multiword range ``a-b`` becomes one node with the range's FORM and the head
+    and labels of its member closest to the root
+    (:func:`~fairseq_posattn.structure.tree.collapse_multiword_tokens`).
+    Forests and non-projective trees are fine.  With ``texts`` (the tokenized
+    text, one sentence per line), every tree's tokens must equal its line's,
+    one tree per line.  Every problem raises :class:`StructureError` naming the
+    file (``source``, else the path or the file object's name), the 1-based
+    sentence, the line and what to do.  ``start``: the file is a part of a
+    larger one that begins at this sentence and line (:func:`index_sentences`),
+    so that messages and ``tree.index`` count from the start of the whole file.
     """
     handle, close, name = _open(path_or_file, "r", source)
     text_lines = iter(texts) if texts is not None else None
@@ -410,14 +390,9 @@ def _serialize(tree: DependencyTree, where: str) -> str:
 
 
 def write_conllu(trees: Iterable[DependencyTree], path_or_file: PathOrFile) -> int:
-    """Write ``trees`` as CoNLL-U and return how many were written.
-
-    Standard 10 columns, ``_`` where unknown (UPOS and XPOS when the tree
-    has them); DEPREL ``dep`` when unknown
-    (``root`` for HEAD 0); ``# sent_id`` / ``# text`` when known; a blank
-    line after every sentence.  Multiword ranges are not written: the trees
-    are over surface tokens.  A bad tree raises :class:`StructureError`.
-    """
+    """Write ``trees`` as CoNLL-U (10 columns, ``_`` where unknown, DEPREL
+    ``dep``/``root`` when unknown, ``# sent_id`` / ``# text`` when known) and
+    return how many were written.  A bad tree raises :class:`StructureError`."""
     handle, close, name = _open(path_or_file, "w", None)
     count = 0
     try:

@@ -1,21 +1,10 @@
 """Deliberately wrong dependency trees of the right shape, for control runs.
 
 A model given structural positions (Wang et al. 2019) may gain from the
-syntax of the parses or merely from having a second, tree-shaped position
-signal.  Training it once more on trees that are well formed (one root, no
-cycle, projective, one head per word) but carry no syntax separates the two:
-if it scores as with the parser's trees, the gain is not syntax.
-
-* ``left-neighbour``: every word is attached to the word on its left; the
-  first word is the root.  Depth equals sequential position, so the trees
-  add nothing that the word order does not already give.
-* ``random-projective``: a random projective tree, drawn top-down: a span's
-  head is a word drawn uniformly from the span; the words left of it and the
-  words right of it are each cut at random gaps (probability 1/2 each) into
-  contiguous sub-spans, each of which becomes a subtree of the head.  Heads
-  may thus have several dependents on either side, as in real parses.
-
-Both depend only on the sentence length (and the generator), not on words.
+syntax of the parses or merely from a second, tree-shaped position signal.
+Training it once more on well-formed trees (one root, no cycle, projective)
+that carry no syntax separates the two.  Both kinds depend only on the
+sentence length (and the generator), not on the words.
 """
 
 from typing import Callable, Dict, List
@@ -26,14 +15,18 @@ from ..errors import fail
 
 
 def left_neighbour_heads(n: int, rng: np.random.Generator = None) -> List[int]:
-    """Heads (1-based, 0 = root) of the chain in which word i+1 hangs from word i."""
+    """Heads (1-based, 0 = root) of the chain in which word i+1 hangs from word i:
+    depth equals position, so the tree adds nothing that word order does not give."""
     _check_length(n)
     return list(range(n))
 
 
 def random_projective_heads(n: int, rng: np.random.Generator) -> List[int]:
-    """Heads (1-based, 0 = root) of a random projective tree over ``n`` words
-    (see the module docstring for how it is drawn)."""
+    """Heads (1-based, 0 = root) of a random projective tree over ``n`` words,
+    drawn top-down: a span's head is drawn uniformly from the span, and the
+    words on each side of it are cut at random gaps (probability 1/2 each)
+    into sub-spans that become its subtrees, so a head may have several
+    dependents on either side, as in real parses."""
     _check_length(n)
     uniform = _uniforms(rng, 2 * n)
     heads = [0] * n

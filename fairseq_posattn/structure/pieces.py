@@ -25,8 +25,10 @@ BPE_CONTINUATION = "@@"
 SPM_SPACE = "\u2581"
 
 
-def _segment(pieces: Sequence[str], scheme: str, where: str) -> Tuple[List[int], List[str]]:
-    """(0-based word of each piece, text of each word)."""
+def segment_pieces(pieces: Sequence[str], scheme: str, where: str = ""
+                   ) -> Tuple[np.ndarray, List[str]]:
+    """(:func:`piece_word_map`, :func:`words_from_pieces`) of ``pieces``,
+    segmented once."""
     if scheme not in SCHEMES:
         raise ValueError("scheme must be one of %s, got %r" % (SCHEMES, scheme))
     for i, p in enumerate(pieces):
@@ -36,7 +38,7 @@ def _segment(pieces: Sequence[str], scheme: str, where: str) -> Tuple[List[int],
     word_of: List[int] = []
     words: List[str] = []
     if scheme == "none":
-        return list(range(len(pieces))), list(pieces)
+        return np.arange(len(pieces), dtype=np.int64), list(pieces)
     if scheme == "subword_nmt":
         current: List[str] = []
         for p in pieces:
@@ -52,43 +54,34 @@ def _segment(pieces: Sequence[str], scheme: str, where: str) -> Tuple[List[int],
                        % quoted(pieces[-1]),
                        "the line is cut inside a word, or it is not subword-nmt output "
                        "(use scheme 'sentencepiece' or 'none')", where=where)
-        return word_of, words
-    # sentencepiece
-    for i, p in enumerate(pieces):
-        begins = p.startswith(SPM_SPACE)
-        body = p[1:] if begins else p
-        if SPM_SPACE in body:
-            raise fail("piece %d %s spans a word boundary (it holds '\u2581' after its start)"
-                       % (i + 1, quoted(p)),
-                       "train sentencepiece with split_by_whitespace=true (its default)",
-                       where=where)
-        if begins or i == 0:
-            if words and not words[-1]:
-                raise fail("piece %d %s is a bare '\u2581' followed by no piece of its word"
-                           % (i, quoted(pieces[i - 1])),
-                           "a word cannot be empty; check the sentencepiece output", where=where)
-            words.append(body)
-        else:
-            words[-1] += body
-        word_of.append(len(words) - 1)
-    if words and not words[-1]:
-        raise fail("the last piece is a bare '\u2581' (an empty word)",
-                   "a word cannot be empty; check the sentencepiece output", where=where)
-    return word_of, words
-
-
-def segment_pieces(pieces: Sequence[str], scheme: str, where: str = ""
-                   ) -> Tuple[np.ndarray, List[str]]:
-    """(:func:`piece_word_map`, :func:`words_from_pieces`) of ``pieces``,
-    segmented once."""
-    word_of, words = _segment(pieces, scheme, where)
+    else:  # sentencepiece
+        for i, p in enumerate(pieces):
+            begins = p.startswith(SPM_SPACE)
+            body = p[1:] if begins else p
+            if SPM_SPACE in body:
+                raise fail("piece %d %s spans a word boundary (it holds '\u2581' after its start)"
+                           % (i + 1, quoted(p)),
+                           "train sentencepiece with split_by_whitespace=true (its default)",
+                           where=where)
+            if begins or i == 0:
+                if words and not words[-1]:
+                    raise fail("piece %d %s is a bare '\u2581' followed by no piece of its word"
+                               % (i, quoted(pieces[i - 1])),
+                               "a word cannot be empty; check the sentencepiece output", where=where)
+                words.append(body)
+            else:
+                words[-1] += body
+            word_of.append(len(words) - 1)
+        if words and not words[-1]:
+            raise fail("the last piece is a bare '\u2581' (an empty word)",
+                       "a word cannot be empty; check the sentencepiece output", where=where)
     return np.asarray(word_of, dtype=np.int64), words
 
 
 def words_from_pieces(pieces: Sequence[str], scheme: str, where: str = "") -> List[str]:
     """The words that ``pieces`` spell under ``scheme`` (see the module doc).
     Raises :class:`StructureError` on pieces that spell no word sequence."""
-    return _segment(pieces, scheme, where)[1]
+    return segment_pieces(pieces, scheme, where)[1]
 
 
 def end_cut_word(pieces: Sequence[str], scheme: str) -> List[str]:

@@ -125,27 +125,24 @@ def check_tree(heads: Sequence[int], where: str = "",
     one root and no cycle.  Several roots are allowed (a forest).  ``where``
     prefixes the message; ``words``, when given, name the words on a cycle.
     """
-    h = _as_heads(heads, where)
-    if h.size == 0:
+    if len(_validated(heads, where, words)[0]) == 0:
         raise fail("the sentence has no words", "a tree needs at least one word", where=where)
-    _, problem = analyse_heads(h, words)
-    if problem is not None:
-        raise fail(problem[1], problem[2], where=where)
 
 
 def tree_depths(heads: Sequence[int]) -> np.ndarray:
     """Absolute structural positions (Wang et al. 2019, Eq. 5): the number of
     arcs from each word to its root, int64; every root of a forest has depth
     0.  O(n).  Raises :class:`StructureError` on a cycle or bad head."""
-    _, depths = _validated(heads)
-    return depths
+    return _validated(heads)[1]
 
 
-def _validated(heads: Sequence[int]) -> Tuple[np.ndarray, np.ndarray]:
-    h = _as_heads(heads, "")
-    depths, problem = analyse_heads(h)
+def _validated(heads: Sequence[int], where: str = "", words: Optional[Sequence[str]] = None
+               ) -> Tuple[np.ndarray, np.ndarray]:
+    """(``heads`` as int64, their depths), or a StructureError naming the problem."""
+    h = _as_heads(heads, where)
+    depths, problem = analyse_heads(h, words)
     if problem is not None:
-        raise fail(problem[1], problem[2])
+        raise fail(problem[1], problem[2], where=where)
     return h, depths
 
 
@@ -235,17 +232,15 @@ def multiword_representatives(n_tokens: int, token_of_word: Sequence[int],
 def collapse_multiword_tokens(n_tokens: int, token_of_word: Sequence[int],
                               word_heads: Sequence[int],
                               word_deprels: Optional[Sequence[str]] = None):
-    """Map a word-level tree (a parser expanded multiword tokens such as
-    ``don't`` -> ``do n't`` or ``zum`` -> ``zu dem``) back onto the surface tokens.
+    """Map a word-level tree (multiword tokens expanded: ``don't`` -> ``do
+    n't``, ``zum`` -> ``zu dem``) back onto the surface tokens.
 
-    ``token_of_word[w]`` is the 0-based surface token of 0-based word ``w``
-    (non-decreasing); ``word_heads`` are 1-based word heads (0 = root).  The
-    same rule as :func:`read_conllu` uses for
-    multiword ranges: a token takes the head (mapped to the token holding it)
-    and relation of its member closest to the root (the first on ties), whose
-    head necessarily lies outside the token.  Returns ``(heads, deprels)``
-    over tokens (1-based, 0 = root).  Raises ``StructureError`` when the word
-    tree has a cycle or a bad head.
+    ``token_of_word[w]``: the 0-based surface token of 0-based word ``w``
+    (non-decreasing); ``word_heads``: 1-based (0 = root).  A token takes the
+    head (mapped to the token holding it) and relation of its member closest
+    to the root (the first on ties), whose head lies outside the token.
+    Returns ``(heads, deprels)`` over tokens; a cycle or a bad head is a
+    ``StructureError``.
     """
     heads, deprels = [], ([] if word_deprels is not None else None)
     for t, w in enumerate(multiword_representatives(n_tokens, token_of_word, word_heads)):

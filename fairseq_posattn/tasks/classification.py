@@ -5,38 +5,32 @@ from typing import Iterable, List
 from fairseq.data import Dictionary
 from fairseq.tasks import FairseqTask
 
+from ..data.classification_data import symbol_dictionary
 from .input_options import RemembersInputOptions
 
 
 class ClassificationTask(RemembersInputOptions, FairseqTask):
-    """A token dictionary and a label dictionary.
+    """A token dictionary and a label dictionary of ``labels``.
 
     Targets are label indices minus the dictionary's special symbols (as in
     fairseq's ``sentence_prediction`` task), so class ``c`` is
     ``label_dictionary[c + nspecial]``.
     """
 
-    def __init__(self, cfg, dictionary: Dictionary, label_dictionary: Dictionary):
+    def __init__(self, cfg, dictionary: Dictionary, labels: Iterable[str]):
         super().__init__(cfg)
         self.dictionary = dictionary
-        self._label_dictionary = label_dictionary
-
-    @staticmethod
-    def build_label_dictionary(labels: Iterable[str]) -> Dictionary:
-        dictionary = Dictionary()
-        for label in labels:
-            dictionary.add_symbol(label)
-        return dictionary
+        self.label_dictionary = symbol_dictionary(labels)
 
     def label_targets(self, labels: Iterable[str]) -> List[int]:
-        offset = self._label_dictionary.nspecial
-        return [self._label_dictionary.index(label) - offset for label in labels]
+        offset = self.label_dictionary.nspecial
+        return [self.label_dictionary.index(label) - offset for label in labels]
 
     def label_name(self, target: int) -> str:
-        return self._label_dictionary[target + self._label_dictionary.nspecial]
+        return self.label_dictionary[target + self.label_dictionary.nspecial]
 
     def num_classes(self) -> int:
-        return len(self._label_dictionary) - self._label_dictionary.nspecial
+        return len(self.label_dictionary) - self.label_dictionary.nspecial
 
     @property
     def source_dictionary(self):
@@ -44,8 +38,4 @@ class ClassificationTask(RemembersInputOptions, FairseqTask):
 
     @property
     def target_dictionary(self):
-        return self._label_dictionary
-
-    @property
-    def label_dictionary(self):
-        return self._label_dictionary
+        return self.label_dictionary

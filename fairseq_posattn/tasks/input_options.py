@@ -1,28 +1,14 @@
 """Input options: task options that decide how a trained model reads its input.
 
-Some task options change what a trained model computes from a given input
-(the structural relative rule, the subword scheme, ...; docs/structure.md,
-"What a checkpoint remembers", lists every task option and says why it is or
-is not one).  Each is declared once with :func:`input_option`: its config
-value is None until resolved ("not given"), and its documented default
-applies only where no checkpoint says otherwise.  Every checkpoint records
-the resolved values in its task state (``task_state["input_options"]``), and
-the same rule holds on every route:
-
-* ``fairseq-train`` / ``fairseq-hydra-train`` resolve them before the task is
-  set up (:func:`resolve_for_training`): an option not given takes the value
-  of the checkpoint the run resumes (``checkpoint_last.pt``,
-  ``--restore-file``, ``--continue-once``), else of ``--finetune-from-model``,
-  else its documented default;
-* loading a checkpoint (``fairseq-generate``, ``-interactive``, ``-validate``,
-  ``from_pretrained``, the plugin's evaluations: fairseq calls the task's
-  ``load_state_dict``) gives an option not given the checkpoint's value;
-* a value given that differs from the checkpoint's is refused, naming both
-  (:class:`ContradictsCheckpoint`), except that ``--finetune-from-model``
-  starts a new model: there the value given wins, with a warning.
-
-A checkpoint saved before input options were recorded keeps the values given
-and the documented defaults, as the versions that wrote it did.
+Each is declared once with :func:`input_option`: its config value is None
+until resolved ("not given"), and its documented default applies only where
+no checkpoint says otherwise.  Every checkpoint records the resolved values in
+its task state (``task_state["input_options"]``); training resolves them
+against the checkpoint it resumes or fine-tunes (:func:`resolve_for_training`),
+loading a checkpoint binds them to its values (:meth:`RemembersInputOptions.load_state_dict`),
+and a value given that contradicts a checkpoint is refused naming both, except
+with ``--finetune-from-model`` (a warning).  docs/reliability.md, "What a
+checkpoint remembers", lists every task option and says why it is or is not one.
 """
 
 import dataclasses
@@ -70,10 +56,6 @@ def plain(value):
     return value.value if isinstance(value, Enum) else value
 
 
-def values(cfg, options) -> Dict[str, Any]:
-    return {name: plain(getattr(cfg, name)) for name in options}
-
-
 def fill_defaults(cfg, options: Mapping[str, Any]) -> Set[str]:
     """Give every option that is not given its documented default; the names not given."""
     unset = {name for name in options if getattr(cfg, name, None) is None}
@@ -90,22 +72,18 @@ def bind(cfg, options: Mapping[str, Any], recorded: Mapping[str, Any], unset: Se
     for name, saved in recorded.items():
         if name not in options or saved is None:
             continue  # an option this version does not have
+        given = plain(getattr(cfg, name))
         if name in unset:
             setattr(cfg, name, saved)
             unset.discard(name)
-            continue
-        given = plain(getattr(cfg, name))
-        if given == saved:
-            continue
-        if not refuse:
+        elif given != saved and refuse:
+            raise ContradictsCheckpoint(
+                f"{flag(name)} {_shown(given)} contradicts {checkpoint}, which was trained with "
+                f"{flag(name)} {_shown(saved)}: leave the option out to use the checkpoint's value")
+        elif given != saved:
             logger.warning("%s %s differs from %s, which was trained with %s %s: the model "
                            "is fine-tuned reading its input with %s", flag(name), _shown(given),
                            checkpoint, flag(name), _shown(saved), _shown(given))
-            continue
-        raise ContradictsCheckpoint(
-            f"{flag(name)} {_shown(given)} contradicts {checkpoint}, which was trained with "
-            f"{flag(name)} {_shown(saved)}: leave the option out to use the checkpoint's value"
-        )
 
 
 class RemembersInputOptions:
@@ -121,7 +99,8 @@ class RemembersInputOptions:
         self._record()
 
     def _record(self):
-        self.state.merge_state_dict({RECORD: values(self.cfg, self._input_options)})
+        recorded = {name: plain(getattr(self.cfg, name)) for name in self._input_options}
+        self.state.merge_state_dict({RECORD: recorded})
 
     def load_state_dict(self, state_dict):
         """Bind the input options to the checkpoint's (an ensemble's checkpoints

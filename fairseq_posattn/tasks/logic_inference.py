@@ -1,26 +1,13 @@
 """``logic_inference``: the artificial-language inference task of Bowman et al. (2015).
 
-Each example is a pair of propositional formulas over the variables ``a``-``f``
-with ``not``/``and``/``or`` and one of seven natural-logic relations between
-them; Hao et al. (2019, Sec. 3.3, Fig. 1) and Tran et al. (2018) train on
-formulas with at most 6 operators and test on 1-12.
-
-The task reads Bowman's released files directly: a directory with
-``train0`` ... ``train12`` and ``test0`` ... ``test12``, one example per line,
-``relation<TAB>formula<TAB>formula``, where the file number is the largest
-operator count of the two formulas (12 = 12 or more).  Formulas are
-space-tokenised, parentheses included (they are the only cue to the bracketing).
-
-Splits:
-
-* ``train``: ``train0`` ... ``train<--max-train-operators>`` minus the
-  ``valid`` examples;
-* ``valid``: every ``--valid-every``-th line of those files (there is no
-  released validation set);
-* ``test``: all ``test*`` files; ``test<k>``: the file with k operators.
-
-The dictionary is built from the training files (the same every time they
-are read, so checkpoints evaluate on any copy of the data).
+Each example is a pair of propositional formulas with one of seven
+natural-logic relations between them; Hao et al. (2019, Sec. 3.3, Fig. 1) and
+Tran et al. (2018) train on formulas with at most 6 operators and test on
+1-12.  The task reads Bowman's released ``train0`` ... ``train12`` and
+``test0`` ... ``test12`` (``relation<TAB>formula<TAB>formula``; the file
+number is the operator count); ``valid`` is every ``--valid-every``-th
+training line, ``test<k>`` one test file (docs/evaluations.md has the splits).
+The dictionary is built from the training files, the same every time.
 """
 
 import os
@@ -28,12 +15,11 @@ from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
 
 import numpy as np
-from fairseq.data import Dictionary
 from fairseq.dataclass import FairseqDataclass
 from fairseq.tasks import register_task
 from omegaconf import II
 
-from ..data.classification_data import classification_dataset, padded
+from ..data.classification_data import classification_dataset, padded_symbols, symbol_dictionary
 from ..errors import location, quoted
 from .classification import ClassificationTask
 from .input_options import fill_defaults, input_option, input_options
@@ -110,14 +96,9 @@ class LogicInferenceTask(ClassificationTask):
             )
         if cfg.valid_every < 2:
             raise ValueError(f"--valid-every must be at least 2, got {cfg.valid_every}")
-        dictionary = Dictionary()
-        symbols = set()
-        for path in cls.training_files(cfg):
-            for _, premise, hypothesis in read_examples(path):
-                symbols.update(premise, hypothesis)
-        for symbol in sorted(symbols):
-            dictionary.add_symbol(symbol)
-        return cls(cfg, dictionary, cls.build_label_dictionary(RELATIONS))
+        symbols = {token for path in cls.training_files(cfg)
+                   for _, premise, hypothesis in read_examples(path) for token in premise + hypothesis}
+        return cls(cfg, symbol_dictionary(sorted(symbols)), RELATIONS)
 
     @staticmethod
     def training_files(cfg) -> List[str]:
@@ -141,18 +122,10 @@ class LogicInferenceTask(ClassificationTask):
         examples = self.split_examples(split)
         if not examples:
             raise ValueError(f"split {split!r} of {self.cfg.data} has no examples")
-
-        def encode(tokens):
-            return self.dictionary.encode_line(
-                " ".join(tokens), add_if_not_exist=False, append_eos=False
-            ).long()
-
-        premises = [encode(p) for _, p, _ in examples]
-        hypotheses = [encode(h) for _, _, h in examples]
-        lengths = np.array([[len(p), len(h)] for p, h in zip(premises, hypotheses)])
-        pad = self.dictionary.pad()
+        lengths = np.array([[len(p), len(h)] for _, p, h in examples])
         self.datasets[split] = classification_dataset(
-            {"premise_tokens": padded(premises, pad), "hypothesis_tokens": padded(hypotheses, pad)},
+            {"premise_tokens": padded_symbols(self.dictionary, (p for _, p, _ in examples)),
+             "hypothesis_tokens": padded_symbols(self.dictionary, (h for _, _, h in examples))},
             self.label_targets(r for r, _, _ in examples),
             sizes=lengths.max(axis=1),
             ntokens=lengths.sum(axis=1),

@@ -1,13 +1,10 @@
 """``pos_tagging``: part-of-speech tagging of a UD treebank read straight
 from CoNLL-U (Dufter et al. 2020, Sec. 2.6).
 
-``DATA`` is a treebank directory with ``*train.conllu``, ``*dev.conllu`` (the
-``valid`` split) and ``*test.conllu``.  The word, character and tag
-vocabularies and the training lexicon come from the training split; they
-are task state, saved in every checkpoint, so ``fairseq-validate`` and
-``fairseq-posattn-tag-eval`` use exactly the training vocabulary (and need
-no training file).  Sentences are cut into pieces of at most
-``--max-piece-length`` words.
+``DATA`` holds ``*train.conllu``, ``*dev.conllu`` (``valid``) and
+``*test.conllu``.  The vocabularies and the training lexicon are task state,
+saved in every checkpoint, so evaluation needs no training file.  Sentences
+are cut into pieces of at most ``--max-piece-length`` words.
 """
 
 import logging

@@ -2,22 +2,14 @@
 (Zhang et al. 2017; Bilan & Roth 2018).
 
 The data directory holds ``train.json``, ``dev.json`` (or ``valid.json``) and
-``test.json`` in TACRED's format: a JSON list of objects with ``token``,
-``subj_start``, ``subj_end``, ``obj_start``, ``obj_end`` (inclusive, 0-based),
-``subj_type``, ``obj_type``, ``stanford_pos``, ``stanford_ner`` and
-``relation``.  Every split is read as it is; nothing is binarized.
-
-Input per token: the word, with the subject and object mentions replaced by
-``SUBJ-<type>`` / ``OBJ-<type>`` (entity masking, as Zhang et al. 2017 and
-Bilan & Roth's implementation do; ``--no-entity-masking`` keeps the words),
-its POS and NER tags, and its distances to the subject and the object
-(:func:`~fairseq_posattn.models.relation.entity_positions.entity_distances`; the model
-bins them).  Dictionaries come from ``train.json``: words seen at least
-``--min-word-count`` times (rarer ones train the unknown-word embedding),
-all tags, all relations (plus ``--negative-label``).
-
-Train with ``--criterion relation_classification``; it reports micro
-precision, recall and F1 without the negative label, as TACRED's scorer.
+``test.json`` in TACRED's JSON format, read as they are.  Input per token: the
+word (subject and object masked as ``SUBJ-<type>`` / ``OBJ-<type>`` unless
+``--no-entity-masking``), its POS and NER tags and its distances to the
+subject and the object
+(:func:`~fairseq_posattn.models.relation.entity_positions.entity_distances`).
+Dictionaries come from ``train.json``.  Train with ``--criterion
+relation_classification`` (micro P/R/F1 without the negative label, as
+TACRED's scorer); docs/evaluations.md is the manual.
 """
 
 import json
@@ -33,7 +25,8 @@ from fairseq.dataclass import FairseqDataclass
 from fairseq.tasks import register_task
 from omegaconf import II
 
-from ..data.classification_data import classification_dataset, padded
+from ..data.classification_data import (by_frequency, classification_dataset, padded,
+                                        padded_symbols, symbol_dictionary)
 from ..errors import quoted
 from ..metrics import NO_RELATION
 from ..models.relation.entity_positions import entity_distances
@@ -106,8 +99,8 @@ class RelationClassificationTask(ClassificationTask):
 
     cfg: RelationClassificationConfig
 
-    def __init__(self, cfg, dictionary, label_dictionary, tag_dictionaries: Dict[str, Dictionary]):
-        super().__init__(cfg, dictionary, label_dictionary)
+    def __init__(self, cfg, dictionary, labels, tag_dictionaries: Dict[str, Dictionary]):
+        super().__init__(cfg, dictionary, labels)
         self.tag_dictionaries = tag_dictionaries
 
     @classmethod
@@ -117,17 +110,12 @@ class RelationClassificationTask(ClassificationTask):
         fill_defaults(cfg, input_options(RelationClassificationConfig))  # read by the dictionaries
         train = read_tacred(os.path.join(cfg.data, "train.json"))
         words = Counter(w for example in train for w in cls.words(cfg, example))
-        dictionary = Dictionary()
-        for word, count in sorted(words.items(), key=lambda item: (-item[1], item[0])):
-            if count >= cfg.min_word_count or word.startswith(("SUBJ-", "OBJ-")):
-                dictionary.add_symbol(word)
-        tags = {}
-        for name in ("stanford_pos", "stanford_ner"):
-            tags[name] = Dictionary()
-            for tag in sorted({t for example in train for t in example[name]}):
-                tags[name].add_symbol(tag)
+        dictionary = symbol_dictionary(w for w in by_frequency(words) if words[w] >= cfg.min_word_count
+                                       or w.startswith(("SUBJ-", "OBJ-")))
+        tags = {name: symbol_dictionary(sorted({t for example in train for t in example[name]}))
+                for name in ("stanford_pos", "stanford_ner")}
         labels = sorted({example["relation"] for example in train} - {cfg.negative_label})
-        return cls(cfg, dictionary, cls.build_label_dictionary([cfg.negative_label] + labels), tags)
+        return cls(cfg, dictionary, [cfg.negative_label] + labels, tags)
 
     @staticmethod
     def words(cfg, example) -> List[str]:
@@ -153,27 +141,22 @@ class RelationClassificationTask(ClassificationTask):
         path = self.split_path(split)
         examples = read_tacred(path)
         unknown = [i for i, e in enumerate(examples, 1)
-                   if e["relation"] not in self._label_dictionary.indices]
+                   if e["relation"] not in self.label_dictionary.indices]
         if unknown:
             raise ValueError(
                 f"{path}, example {unknown[0]}: relation {quoted(examples[unknown[0] - 1]['relation'])} "
                 f"does not occur in train.json ({len(unknown)} such examples)"
             )
 
-        def encode(dictionary, symbols):
-            return torch.tensor([dictionary.index(s) for s in symbols], dtype=torch.long)
-
         def distances(example, entity):
             start, end = example[f"{entity}_start"], example[f"{entity}_end"]
             return torch.from_numpy(entity_distances(start, end, len(example["token"])))
 
         def tags(name):
-            dictionary = self.tag_dictionaries[name]
-            return padded([encode(dictionary, e[name]) for e in examples], dictionary.pad())
+            return padded_symbols(self.tag_dictionaries[name], (e[name] for e in examples))
 
         inputs = {
-            "src_tokens": padded([encode(self.dictionary, self.words(self.cfg, e)) for e in examples],
-                                 self.dictionary.pad()),
+            "src_tokens": padded_symbols(self.dictionary, (self.words(self.cfg, e) for e in examples)),
             "pos_tags": tags("stanford_pos"),
             "ner_tags": tags("stanford_ner"),
             "subject_distances": padded([distances(e, "subj") for e in examples], 0),

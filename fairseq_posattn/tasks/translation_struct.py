@@ -1,15 +1,14 @@
 """``translation_struct``: translation whose source sentences carry dependency trees.
 
-Training and ``fairseq-generate`` read the trees that
-``fairseq-posattn-preprocess`` wrote beside the binarized source
-(``{split}.{src}-{tgt}.{src}.trees``), checked when a split is loaded to
-group its pieces into the words of their ``--subword-scheme`` markers;
-``fairseq-interactive``, whose batches hold only the subword pieces of each
-input line, rebuilds the words, parses them with ``--parser`` and projects
-the trees back onto the pieces (:meth:`TranslationStructTask.inference_step`).  Either way the encoder receives ``src_depths`` and
-``src_structural_positions`` in ``net_input``.
+Training and ``fairseq-generate`` read the tree files that
+``fairseq-posattn-preprocess`` wrote beside the binarized source, checked
+against it when a split is loaded; ``fairseq-interactive``, whose batches hold
+only subword pieces, parses the words of each line with ``--parser``
+(:meth:`TranslationStructTask.inference_step`).  Either way the encoder
+receives ``src_depths`` and ``src_structural_positions`` in ``net_input``.
 """
 
+import functools
 import inspect
 import logging
 from dataclasses import dataclass, field
@@ -61,10 +60,6 @@ class TranslationStructTask(RemembersInputOptions, TranslationTask):
 
     cfg: TranslationStructConfig
 
-    def __init__(self, cfg: TranslationStructConfig, src_dict, tgt_dict):
-        super().__init__(cfg, src_dict, tgt_dict)
-        self._parser = None
-
     def build_model(self, cfg, from_checkpoint=False):
         model = super().build_model(cfg, from_checkpoint)
         if "src_depths" not in inspect.signature(model.encoder.forward).parameters:
@@ -115,7 +110,7 @@ class TranslationStructTask(RemembersInputOptions, TranslationTask):
             pieces = [end_cut_word(row, self.cfg.subword_scheme) for row in pieces]
         depths, relative = batch_trees_of_pieces(
             pieces, self.cfg.subword_scheme,
-            lambda words: [tree.heads for tree in self.parser().parse(words)],
+            lambda words: [tree.heads for tree in self.parser.parse(words)],
             rule=self.cfg.structural_relative_rule,
             left_pad=bool(src_tokens[:, 0].eq(pad).any()),
             width=src_tokens.size(1),
@@ -123,18 +118,11 @@ class TranslationStructTask(RemembersInputOptions, TranslationTask):
         device = src_tokens.device
         return {"src_depths": depths.to(device), "src_structural_positions": relative.to(device)}
 
+    @functools.cached_property
     def parser(self):
-        """The parser of ``--parser`` (loaded once)."""
-        if self._parser is None:
-            if self.cfg.parser is None:
-                raise ValueError(
-                    "fairseq-interactive with --task translation_struct parses its input: "
-                    "pass --parser spacy|stanza|udpipe (and --parser-model)"
-                )
-            self._parser = build_parser(
-                self.cfg.parser,
-                model=self.cfg.parser_model,
-                lang=self.cfg.parser_lang,
-                stanza_dir=self.cfg.stanza_dir,
-            )
-        return self._parser
+        """The parser of ``--parser``, loaded when first used."""
+        if self.cfg.parser is None:
+            raise ValueError("fairseq-interactive with --task translation_struct parses its input: "
+                             "pass --parser spacy|stanza|udpipe (and --parser-model)")
+        return build_parser(self.cfg.parser, model=self.cfg.parser_model,
+                            lang=self.cfg.parser_lang, stanza_dir=self.cfg.stanza_dir)
