@@ -201,12 +201,14 @@ def test_the_verdict_decides_each_candidate_by_its_worst_repeat_against_the_base
     report = _models_report(stand_in_steps)
     rows = {r["label"]: r for r in report["rows"]}
     rows["P"]["train_ms_per_repeat"] = [10.0, 11.0, 10.5]  # spread 1/10.5 = 0.095
-    for label, times in (("fast", [8.0, 9.0, 8.4]), ("close", [9.5, 10.5, 10.0])):  # worst 0.818 and 0.955
+    # worst repeats 0.818, 0.955, and 0.955 with one lucky repeat at 0.8
+    for label, times in (("fast", [8.0, 9.0, 8.4]), ("close", [9.5, 10.5, 10.0]), ("lucky", [8.0, 10.5, 10.0])):
         row = copy.deepcopy(rows["P"])
         row.update(label=label, baseline="P", candidate="a_kernel", train_ms_per_repeat=times)
         report["rows"].append(row)
     decided = {(v["label"], v["phase"]): v for v in verdict.candidate_verdicts(report)}
     assert decided["fast", "train"]["wins"] and not decided["close", "train"]["wins"]
+    assert not decided["lucky", "train"]["wins"]
     assert decided["close", "train"]["range"] == pytest.approx([0.95, 10.5 / 11.0])
     assert decided["fast", "train"]["noise"] == pytest.approx(1 / 10.5)
     (tmp_path / "bench.json").write_text(json.dumps(report))
