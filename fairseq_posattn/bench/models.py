@@ -59,7 +59,7 @@ from ..kernels import candidates
 from ..kernels.candidates import onlstm_cuda_graphs
 from ..structure import batch_trees_of_pieces
 from ..structure.control_trees import random_projective_heads
-from .timing import PHASES, Timer, first_calls, per_repeat_ratios, synchronize
+from .timing import PHASES, Timer, first_calls, interleaved, per_repeat_ratios, synchronize
 
 
 @dataclass
@@ -347,9 +347,9 @@ def sdpa_backends(step) -> Dict[str, int]:
 
 
 def measure_time(rows: List[BenchRow], settings, device, timer: Timer) -> dict:
-    """Each row's per-update and per-inference seconds in every repeat (K
-    consecutive calls timed, K calibrated per row and phase), the rows
-    interleaved within each repeat; and the rows that could not run here."""
+    """Each row's per-update and per-inference seconds in every repeat
+    (:func:`.timing.interleaved`), the beam search's figures, and the rows
+    that could not run here."""
     dictionary = stand_in_dictionary(settings.vocab)
 
     def start(row):
@@ -358,28 +358,22 @@ def measure_time(rows: List[BenchRow], settings, device, timer: Timer) -> dict:
         runner.infer_step()
         return runner, backends
 
-    started, failed = first_calls({row.label: functools.partial(start, row) for row in rows})
-    for row in rows:  # ROWS lists a baseline before the rows against it
-        if row.baseline in failed and row.label in started:
-            del started[row.label]
-            failed[row.label] = f"its baseline {row.baseline} did not run"
+    started, failed = first_calls({row.label: functools.partial(start, row) for row in rows},
+                                  {row.label: row.baseline for row in rows})
     runners = {label: runner for label, (runner, _) in started.items()}
-    min_seconds = settings.min_repeat_ms / 1000
-    calls = {label: {phase: timer.calls_per_repeat(getattr(runner, f"{phase}_step"), min_seconds)
-                     for phase in PHASES} for label, runner in runners.items()}
-    times = {name: {label: [] for label in runners} for name in PHASES + ("decode", "decode_encoder")}
-    for _ in range(settings.repeats):
-        for label, runner in runners.items():
-            count = calls[label]["train"]
-            times["train"][label].append(timer.time(runner.train_step, count) / count)
-            if settings.decode:
-                speed, in_encoder = runner.decode_step()
-                times["decode"][label].append(speed)
-                times["decode_encoder"][label].append(in_encoder)
-            else:
-                runner.infer_step()  # untimed, in the search's place: the first use of the updated weights
-            count = calls[label]["infer"]
-            times["infer"][label].append(timer.time(runner.infer_step, count) / count)
+    decode = {"decode": {label: [] for label in runners}, "decode_encoder": {label: [] for label in runners}}
+
+    def after_train(label):
+        if settings.decode:
+            speed, in_encoder = runners[label].decode_step()
+            decode["decode"][label].append(speed)
+            decode["decode_encoder"][label].append(in_encoder)
+        else:
+            runners[label].infer_step()  # untimed, in the search's place: the first use of the updated weights
+
+    steps = {label: {"train": runner.train_step, "infer": runner.infer_step} for label, runner in runners.items()}
+    calls, times = interleaved(steps, settings.repeats, settings.min_repeat_ms / 1000, timer, after_train)
+    times.update(decode)
     return {"times": times, "calls": calls, "failed": failed,
             "backends": {label: backends for label, (_, backends) in started.items()},
             "params": {label: sum(p.numel() for p in runner.model.parameters()) for label, runner in runners.items()}}

@@ -40,7 +40,7 @@ from typing import Callable, List, NamedTuple, Optional, Sequence
 
 import torch
 
-from fairseq_posattn.bench.timing import PHASES, Timer, first_calls, ratio_range, synchronize
+from fairseq_posattn.bench.timing import PHASES, Timer, first_calls, interleaved, ratio_range, synchronize
 from fairseq_posattn.kernels import candidates, dispatch, onednn
 from fairseq_posattn.modules.recurrent import RecurrentLayer
 
@@ -158,21 +158,12 @@ def run(args, timer: Optional[Timer] = None):
     timer = timer or Timer.for_device(x.device)
     steps = {label: {"train": functools.partial(train_step, x, row), "infer": functools.partial(infer_step, row)}
              for label, row in rows.items()}
-    started, failed = first_calls({label: (lambda s=s: [s[phase]() for phase in PHASES]) for label, s in steps.items()})
-    for label, row in rows.items():
-        if row.baseline in failed and label in started:
-            del started[label]
-            failed[label] = f"its baseline {row.baseline} did not run"
+    started, failed = first_calls({label: (lambda s=s: [step() for step in s.values()]) for label, s in steps.items()},
+                                  {label: row.baseline for label, row in rows.items()})
     if next(iter(rows)) in failed:
         raise SystemExit(f"the reference did not run: {failed[next(iter(rows))]}")
-    calls = {label: {phase: timer.calls_per_repeat(steps[label][phase], args.min_repeat_ms / 1000) for phase in PHASES}
-             for label in started}
-    times = {phase: {label: [] for label in started} for phase in PHASES}
-    for _ in range(args.repeats):
-        for label in started:
-            for phase in PHASES:
-                count = calls[label][phase]
-                times[phase][label].append(timer.time(steps[label][phase], count) / count)
+    calls, times = interleaved({label: steps[label] for label in started}, args.repeats, args.min_repeat_ms / 1000,
+                               timer)
     result = {
         "config": {"device": str(x.device), "dtype": str(x.dtype).replace("torch.", ""),
                    "dim": args.dim, "seq_len": args.seq_len, "batch": args.batch,

@@ -61,13 +61,17 @@ class Timer:
             count = max(count + 1, math.ceil(count * min_seconds / seconds)) if seconds > 0 else 2 * count
 
 
-def first_calls(rows: Dict[str, Callable[[], object]]) -> Tuple[Dict[str, object], Dict[str, str]]:
-    """Call each row's first call (its build and warm-up): what each returned,
-    and for the rows whose call raised (a Triton kernel that does not compile
-    on this card, say) the error's first line; running out of GPU memory is
-    raised, with the row named, for the caller to shrink the batch."""
+def first_calls(rows: Dict[str, Callable[[], object]], baselines: Dict[str, str]) -> Tuple[Dict[str, object], Dict[str, str]]:
+    """Call each row's first call (its build and warm-up), in order: what each
+    returned, and why each row that did not run did not: its call raised (a
+    Triton kernel that does not compile on this card, say; the error's first
+    line), or its baseline (``baselines[label]``, a row before it) did not run.
+    Running out of GPU memory is raised, the row named, for the caller to shrink the batch."""
     results, failed = {}, {}
     for label, call in rows.items():
+        if baselines[label] in failed:
+            failed[label] = f"its baseline {baselines[label]} did not run"
+            continue
         try:
             results[label] = call()
         except torch.OutOfMemoryError as error:
@@ -76,6 +80,25 @@ def first_calls(rows: Dict[str, Callable[[], object]]) -> Tuple[Dict[str, object
         except Exception as error:  # noqa: BLE001 -- reported with the figures, the other rows still measured
             failed[label] = f"{type(error).__name__}: {error}".splitlines()[0]
     return results, failed
+
+
+def interleaved(steps: Dict[str, Dict[str, Callable[[], object]]], repeats: int, min_seconds: float, timer: Timer,
+                after_train: Optional[Callable[[str], object]] = None) -> Tuple[Dict, Dict]:
+    """Time ``steps`` (label: phase: step): K per row and phase, the fewest
+    calls that last ``min_seconds``; then in each repeat, row after row, each
+    phase's K calls (``after_train(label)`` between a row's phases, untimed).
+    Returns K (label: phase: K) and the seconds per call (phase: label: one per repeat)."""
+    calls = {label: {phase: timer.calls_per_repeat(step, min_seconds) for phase, step in phases.items()}
+             for label, phases in steps.items()}
+    times = {phase: {label: [] for label in steps} for phase in PHASES}
+    for _ in range(repeats):
+        for label, phases in steps.items():
+            for phase, step in phases.items():
+                count = calls[label][phase]
+                times[phase][label].append(timer.time(step, count) / count)
+                if phase == "train" and after_train is not None:
+                    after_train(label)
+    return calls, times
 
 
 def per_repeat_ratios(times: Sequence[float], reference: Sequence[float], digits: Optional[int] = 3) -> List[float]:
