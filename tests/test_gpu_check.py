@@ -46,11 +46,11 @@ def test_the_steps_run_their_commands_and_log_each(tmp_path):
 
 
 def test_the_deadline_skips_a_command_it_leaves_no_time_and_the_exit_status_says_so(tmp_path):
-    done, out = gpu_check(tmp_path, "wmt", DEADLINE="33", STAND_IN_SLEEP="4", REPEATS="3")
+    done, out = gpu_check(tmp_path, "wmt", DEADLINE="31", STAND_IN_SLEEP="2", REPEATS="3")
     assert done.returncode == 1
     first, second = (out / "commands.txt").read_text().splitlines()[:2]
     assert first.startswith("bench_wmt_fp16.txt: from 0s") and "--repeats 3" in first
-    assert second.startswith("bench_wmt_bf16.txt: skipped, ") and "left of DEADLINE=33s" in second
+    assert second.startswith("bench_wmt_bf16.txt: skipped, ") and "left of DEADLINE=31s" in second
 
 
 def test_an_unknown_step_is_refused_before_anything_runs(tmp_path):
