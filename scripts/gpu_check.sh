@@ -1,130 +1,143 @@
 #!/usr/bin/env bash
-# Checks that need a CUDA GPU, in one go:
+# The measurements that need a CUDA GPU, in one prepared run (the exact device
+# call, wheels included: docs/results/benchmarks/GPU_RUN.md):
 #
-#   bash scripts/gpu_check.sh [OUT_DIR] [STEPS]   # OUT_DIR: gpu-check; STEPS: "tests bench recurrent" (or kernels, profile)
+#   bash scripts/gpu_check.sh OUT_DIR [STEPS]   # STEPS: "wmt recurrent default kernels" (the default), tests, profile
 #
-# kernels    only the Triton kernels' tests, compiled (tests/test_onlstm_triton.py,
-#            tests/test_relative_flash.py, tests/test_convolved_kernel.py, and
-#            the candidates' tests/test_candidates.py):
-#            test_kernels.log; "tests" includes them.  KERNEL_TESTS names other files.
-# tests      tests/test_cuda.py: every benchmark architecture on the GPU against
-#            the CPU (float32), in float16 and under fp16 autocast, the
-#            fused-kernel counts, the ON-LSTM recurrence, fairseq-train /
-#            fairseq-generate with --fp16 and --bf16 (the benchmark's rows
-#            include the kernel comparisons: P-sdpa is P with the fused
-#            attention's own gradient of the score bias);
-#            tests/test_onlstm_triton.py, tests/test_relative_flash.py,
-#            tests/test_convolved_kernel.py and tests/test_candidates.py (the
-#            candidate kernels): the Triton kernels against the reference and
-#            the explicit path, compiled;
-#            tests/test_onlstm_cpp.py: the CPU's C++ cell built against this
-#            (CUDA) torch; activation checkpointing and quant noise on the
-#            recurrent layers (about 4 minutes on an H200).
-# bench      fairseq-posattn-bench --device cuda --no-decode --repeats 20, every
-#            row and the kernel comparisons (P-sdpa, R-sdpa, bilan-sdpa,
-#            shawkeys-sdpa, shaw-explicit, struct-explicit, conv2d-triton) and the
-#            candidates' rows (conv1d-triton, onlstm-san-persistent,
-#            onlstm-san-graph: fairseq_posattn/kernels/candidates), in fp16 and bf16,
-#            at the defaults (B=32, T=64) and at --batch 64 --length 64 (about
-#            4,096 tokens a batch): bench_{fp16,bf16}_b{32,64}.{txt,json}.
-#            BENCH_CONFIGS picks them (default "fp16:32 fp16:64 bf16:32 bf16:64"),
-#            BENCH_ROWS the rows (comma-separated labels; default every row).
-#            If a row fails (a Triton kernel that does not compile on this card),
-#            the others are measured again without the Triton rows (conv2d-triton,
-#            conv1d-triton, onlstm-san-persistent, onlstm-san-graph).
-# recurrent  fairseq-posattn-bench-recurrent --device cuda --repeats 20 in
-#            float32, fp16 and bf16 (the ON-LSTM layer: per-step kernels and the
-#            candidates onlstm_persistent and onlstm_cuda_graphs; against cuDNN's LSTM):
-#            bench_recurrent_{fp32,fp16,bf16}.{txt,json}; RECURRENT_PRECISIONS picks them.
-#            If it fails, it runs again without the candidates (--kernels '').
-# profile    fairseq-posattn-bench --device cuda --fp16 --profile ROW for the rows
-#            above their targets (temp, bilan, conv1d, conv1d-triton, conv2d, shaw,
-#            struct, onlstm-san, onlstm-san-graph, stock-deep): where an update's time
-#            goes, on the CPU side and on the GPU: profile_ROW.txt.
+# The steps run in the order given (the default's is their order of value),
+# each command under `timeout`, its budget cut to what is left of DEADLINE
+# seconds (default 500) since the script started; a command the deadline
+# leaves no 30 s is skipped. Every output is written as it comes, so a run
+# cut short still leaves the figures of the commands that finished.
 #
-# It needs a CUDA build of torch with this package installed (docs/setup.md,
-# "GPU"); PYTHON names the interpreter (default python3). gpu.txt names the
-# card, torch, CUDA and the commit; each step's output goes to OUT_DIR.
-set -euo pipefail
+# wmt        fairseq-posattn-bench --config wmt (B=256 x T=64, 16,384 tokens;
+#            every row again at half the batch where the GPU runs out of memory)
+#            --no-decode --repeats $REPEATS, fp16 then bf16, the rows BENCH_ROWS
+#            (default: every row with a target, posattn-off, and the candidates
+#            conv1d-triton, onlstm-san-persistent, onlstm-san-graph; stock and
+#            stock-deep come as baselines): bench_wmt_{fp16,bf16}.{txt,json}
+# recurrent  fairseq-posattn-bench-recurrent --unidirectional --batch 128 (the
+#            shape where cuDNN takes its persistent LSTM kernel in fp16; the
+#            run names the kernels that ran), the ON-LSTM layer on the per-step
+#            kernels and on each candidate, fp16 then bf16:
+#            bench_recurrent_{fp16,bf16}.{txt,json}
+# default    the wmt step at --config default (B=32 x T=64): bench_default_{fp16,bf16}.*
+# kernels    the Triton kernels' tests, compiled: test_kernels.log
+# tests      the whole CUDA test step (a run of its own, on the final commit;
+#            about 5 minutes on an H100 or H200: give it DEADLINE=540):
+#            tests/test_cuda.py, the kernels' tests, the C++ cell built against
+#            this torch, activation checkpointing and quant noise on the
+#            recurrent layers: build_cell.log, test_cuda.log
+# profile    fairseq-posattn-bench --config wmt --fp16 --profile ROW for each of
+#            PROFILE_ROWS (the misses verdict.txt names): profile_ROW.txt
+#
+# Then, whatever ran: verdict.txt (python -m fairseq_posattn.bench.verdict OUT_DIR:
+# the candidates' verdicts and the targets table). gpu.txt names the card,
+# torch, CUDA, cuDNN and the commit; commands.txt each command, when it
+# started, how long it took and its exit status. The outputs are committed
+# under docs/results/benchmarks/<gpu>/<commit>/.
+#
+# Time budget (an H100; REPEATS=7, a repeat at least 200 ms of K updates):
+#   one bench config: 16 rows x 7 repeats x (0.2 s train + 0.2 s infer) = 45 s,
+#     + calibrating K (two timed blocks per row and phase, ~0.3 s each: 20 s)
+#     + building and warming up 16 models, then their peak memory (~1 s each
+#       for each: 30 s) + start-up and Triton's compiles (~20 s)  = ~115 s;
+#   one recurrent run: 6 rows x 7 x 0.4 s = 17 s + calibration 5 s + start-up 20 s = ~40 s;
+#   wmt 2 x 115 + recurrent 2 x 40 + default 2 x 115 + kernels ~100 = ~640 s:
+#   DEADLINE=500 keeps wmt and recurrent whole and cuts default bf16 and kernels
+#   (commands.txt says so); they fit the second call, before `tests`.
+#
+# It needs a CUDA build of torch with this package importable (docs/setup.md,
+# "GPU"); PYTHON names the interpreter (default python3).
+set -uo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${1:-gpu-check}"
-STEPS="${2:-tests bench recurrent}"
+STEPS="${2:-wmt recurrent default kernels}"
 PYTHON="${PYTHON:-python3}"
+DEADLINE="${DEADLINE:-500}"
+REPEATS="${REPEATS:-7}"
+BENCH_ROWS="${BENCH_ROWS:-posattn-off,P,R,PR,temp,conv1d,conv2d,shaw,bilan,struct,onlstm-san,conv1d-triton,onlstm-san-persistent,onlstm-san-graph}"
+PROFILE_ROWS="${PROFILE_ROWS:-temp,bilan,conv1d,conv2d,shaw,struct,onlstm-san}"
+KERNEL_TESTS="tests/test_onlstm_triton.py tests/test_relative_flash.py tests/test_convolved_kernel.py tests/test_candidates.py"
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
 cd "$REPO"
 export PYTHONUNBUFFERED=1
 
 for step in $STEPS; do
-    case "$step" in tests|kernels|bench|recurrent|profile) ;; *) echo "gpu_check.sh: unknown step '$step' (tests, kernels, bench, recurrent, profile)" >&2; exit 2 ;; esac
+    case "$step" in wmt|recurrent|default|kernels|tests|profile) ;; *)
+        echo "gpu_check.sh: unknown step '$step' (wmt, recurrent, default, kernels, tests, profile)" >&2; exit 2 ;;
+    esac
 done
 
 "$PYTHON" - <<'PY' | tee "$OUT/gpu.txt"
 import subprocess
 import torch, fairseq
 assert torch.cuda.is_available(), "no CUDA device visible to torch"
-try:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-except OSError:
-    commit = ""
+commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
 print(torch.cuda.get_device_name(), "| torch", torch.__version__, "| CUDA", torch.version.cuda,
       "| cuDNN", torch.backends.cudnn.version(), "| fairseq", fairseq.__version__, "| commit", commit or "unknown")
 PY
-TRITON_TESTS="tests/test_onlstm_triton.py tests/test_relative_flash.py tests/test_convolved_kernel.py tests/test_candidates.py"
-TRITON_ROWS="conv2d-triton conv1d-triton onlstm-san-persistent onlstm-san-graph"  # the bench rows on Triton kernels
-status=0  # a failing test does not stop the benchmarks; the script's exit status reports it
+[[ ${PIPESTATUS[0]} == 0 ]] || exit 1
+
+status=0  # a failing command does not stop the others; the script's exit status reports it
+# timed NAME BUDGET COMMAND...: the command under timeout, its output in OUT/NAME (and the log), its line in commands.txt
+timed() {
+    local name="$1" budget="$2" left=$((DEADLINE - SECONDS)) start=$SECONDS rc
+    shift 2
+    if ((left < 30)); then
+        echo "$name: skipped, ${left}s left of DEADLINE=${DEADLINE}s: $*" | tee -a "$OUT/commands.txt"
+        status=1
+        return
+    fi
+    ((budget > left)) && budget=$left
+    echo "== gpu_check.sh: $name from ${start}s, budget ${budget}s: $*"
+    timeout "$budget" "$@" 2>&1 | tee "$OUT/$name"
+    rc=${PIPESTATUS[0]}
+    echo "$name: from ${start}s, $((SECONDS - start))s, exit $rc$( ((rc == 124)) && echo ' (budget reached)'): $*" \
+        >> "$OUT/commands.txt"
+    ((rc == 0)) || status=1
+}
+
+bench() {  # bench CONFIG PRECISION BUDGET
+    timed "bench_$1_$2.txt" "$3" "$PYTHON" -m fairseq_posattn.bench.models --device cuda --config "$1" --"$2" \
+        --no-decode --repeats "$REPEATS" --rows "$BENCH_ROWS" --json "$OUT/bench_$1_$2.json"
+}
+
 for step in $STEPS; do
-    echo "== gpu_check.sh: $step, from ${SECONDS}s"
     case "$step" in
-    tests)
-        # the CPU's C++ cell, built ahead as scripts/setup_env.sh does (fairseq-posattn-build-cell)
-        "$PYTHON" -m fairseq_posattn.kernels.onlstm_cpp 2>&1 | tail -n 1 | tee "$OUT/build_cell.log" || status=1
-        # shellcheck disable=SC2086  # a list of files
-        "$PYTHON" -m pytest -q -p no:cacheprovider tests/test_cuda.py $TRITON_TESTS tests/test_onlstm_cpp.py \
-            "tests/test_standard_flags.py::test_activation_checkpointing_gives_the_same_gradients" \
-            "tests/test_standard_flags.py::test_quant_noise_changes_recurrent_outputs_in_training_only" \
-            2>&1 | tee "$OUT/test_cuda.log" || status=1
+    wmt) bench wmt fp16 150; bench wmt bf16 130 ;;
+    default) bench default fp16 110; bench default bf16 100 ;;
+    recurrent)
+        for precision in fp16 bf16; do
+            timed "bench_recurrent_$precision.txt" 60 "$PYTHON" -m fairseq_posattn.bench.recurrent --device cuda \
+                --"$precision" --unidirectional --batch 128 --repeats "$REPEATS" --json "$OUT/bench_recurrent_$precision.json"
+        done
         ;;
     kernels)
         # shellcheck disable=SC2086  # a list of files
-        "$PYTHON" -m pytest -q -p no:cacheprovider ${KERNEL_TESTS:-$TRITON_TESTS} 2>&1 | tee "$OUT/test_kernels.log" \
-            || status=1
+        timed test_kernels.log 150 "$PYTHON" -m pytest -q -p no:cacheprovider $KERNEL_TESTS
         ;;
-    bench)
-        rows="${BENCH_ROWS:-$("$PYTHON" -c 'from fairseq_posattn.bench.models import ROWS; print(",".join(r.label for r in ROWS))')}"
-        for config in ${BENCH_CONFIGS:-fp16:32 fp16:64 bf16:32 bf16:64}; do
-            precision="${config%:*}" batch="${config#*:}"
-            name="bench_${precision}_b$batch"
-            flags=(--device cuda --"$precision" --batch "$batch" --length 64 --no-decode --repeats 20 --json "$OUT/$name.json")
-            if ! "$PYTHON" -m fairseq_posattn.bench.models "${flags[@]}" --rows "$rows" 2>&1 | tee "$OUT/$name.txt"; then
-                status=1  # most likely a Triton kernel that does not compile here: the other rows still get measured
-                fallback=()
-                for row in ${rows//,/ }; do [[ " $TRITON_ROWS " == *" $row "* ]] || fallback+=("$row"); done
-                "$PYTHON" -m fairseq_posattn.bench.models "${flags[@]}" --rows "$(IFS=,; echo "${fallback[*]}")" \
-                    | tee -a "$OUT/$name.txt" || true
-            fi
-        done
-        ;;
-    recurrent)
-        for precision in ${RECURRENT_PRECISIONS:-fp32 fp16 bf16}; do
-            flags=(--device cuda --repeats 20 --json "$OUT/bench_recurrent_$precision.json")
-            [[ "$precision" != fp32 ]] && flags+=(--"$precision")
-            if ! "$PYTHON" -m fairseq_posattn.bench.recurrent "${flags[@]}" 2>&1 \
-                    | tee "$OUT/bench_recurrent_$precision.txt"; then
-                status=1
-                "$PYTHON" -m fairseq_posattn.bench.recurrent "${flags[@]}" --kernels '' 2>&1 \
-                    | tee -a "$OUT/bench_recurrent_$precision.txt" || true
-            fi
-        done
+    tests)
+        # the CPU's C++ cell, built ahead as scripts/setup_env.sh does (fairseq-posattn-build-cell)
+        timed build_cell.log 120 "$PYTHON" -m fairseq_posattn.kernels.onlstm_cpp
+        # shellcheck disable=SC2086  # a list of files
+        timed test_cuda.log 540 "$PYTHON" -m pytest -q -p no:cacheprovider tests/test_cuda.py $KERNEL_TESTS \
+            tests/test_onlstm_cpp.py \
+            "tests/test_standard_flags.py::test_activation_checkpointing_gives_the_same_gradients" \
+            "tests/test_standard_flags.py::test_quant_noise_changes_recurrent_outputs_in_training_only"
         ;;
     profile)
-        for row in temp bilan conv1d conv1d-triton conv2d shaw struct onlstm-san onlstm-san-graph stock-deep; do
-            "$PYTHON" -m fairseq_posattn.bench.models --device cuda --fp16 --profile "$row" > "$OUT/profile_$row.txt" 2>&1 \
-                || status=1
+        for row in ${PROFILE_ROWS//,/ }; do
+            timed "profile_$row.txt" 40 "$PYTHON" -m fairseq_posattn.bench.models --device cuda --config wmt --fp16 \
+                --profile "$row"
         done
         ;;
     esac
 done
-echo "== gpu_check.sh: done at ${SECONDS}s"
+if compgen -G "$OUT/bench_*.json" > /dev/null; then
+    DEADLINE=$((SECONDS + 60)) timed verdict.txt 30 "$PYTHON" -m fairseq_posattn.bench.verdict "$OUT"
+fi
+echo "== gpu_check.sh: done at ${SECONDS}s, exit $status"
 exit "$status"

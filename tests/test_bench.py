@@ -2,18 +2,20 @@
 against the stock transformer measured in the same run (no timing asserted)."""
 
 import json
+from types import SimpleNamespace
 
 import pytest
+import torch
 
 from fairseq_posattn.bench import checkpoint as checkpoint_bench
-from fairseq_posattn.bench import collate, compiled, recurrent
+from fairseq_posattn.bench import collate, compiled, recurrent, verdict
 from fairseq_posattn.bench import models as bench
-from fairseq_posattn.bench.timing import per_repeat_ratios, ratio_range
+from fairseq_posattn.bench.timing import Timer, per_repeat_ratios, ratio_range
 
 pytestmark = pytest.mark.slow  # command lines, recipes, training
 
 TINY = ["--batch", "3", "--length", "9", "--embed-dim", "16", "--ffn-dim", "16", "--heads", "2",
-        "--layers", "1", "--vocab", "40", "--repeats", "1"]
+        "--layers", "1", "--vocab", "40", "--repeats", "1", "--min-repeat-ms", "0"]
 
 
 def test_every_row_builds_and_runs():
@@ -140,7 +142,7 @@ def test_per_repeat_ratios_and_their_range():
 
 def test_recurrent_bench_runs_every_row_in_bfloat16(capsys):
     result = recurrent.main(["--dim", "8", "--seq-len", "5", "--batch", "2", "--repeats", "1",
-                             "--warmup", "0", "--bf16"])
+                             "--min-repeat-ms", "0", "--bf16"])
     assert result["config"]["dtype"] == "bfloat16"
     assert {r["label"] for r in result["rows"]} >= {"nn.LSTM", "LSTM layer", "ON-LSTM layer"}
     assert "bfloat16 cpu" in capsys.readouterr().out
@@ -148,7 +150,7 @@ def test_recurrent_bench_runs_every_row_in_bfloat16(capsys):
 
 def test_recurrent_bench_reports_each_rows_per_repeat_range(capsys):
     result = recurrent.main(["--dim", "8", "--seq-len", "5", "--batch", "2", "--repeats", "3",
-                             "--warmup", "0"])
+                             "--min-repeat-ms", "0"])
     lstm = next(r for r in result["rows"] if r["label"] == "nn.LSTM")
     assert lstm["train_ratio_range"] == lstm["infer_ratio_range"] == [1.0, 1.0]
     for row in result["rows"]:

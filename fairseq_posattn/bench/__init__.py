@@ -12,6 +12,8 @@ same run (absolute times on shared machines mean little):
   pipeline at scale beside fairseq's own preprocessing and task;
 * :mod:`.compiled` (``fairseq-posattn-bench-compile``): ``torch.compile``
   against eager on a stream of fairseq-like batch shapes;
+* :mod:`.verdict` (``python -m fairseq_posattn.bench.verdict DIR``): which
+  candidates win and which targets hold, read from their JSON outputs;
 * :mod:`.checkpoint` (``python -m fairseq_posattn.bench.checkpoint``):
   verifying a base-size checkpoint's checksums against ``torch.load`` of it.
 """

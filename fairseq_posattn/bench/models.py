@@ -1,42 +1,43 @@
 """Side-by-side cost of every architecture against fairseq's stock Transformer.
 
     fairseq-posattn-bench
-    fairseq-posattn-bench --rows stock,P,shaw --batch 32 --length 64 --json out.json
+    fairseq-posattn-bench --rows stock,P,shaw --config wmt --fp16 --json out.json
 
-For each row, in one run and at one model size, it measures
+For each row, in one run and at one model size and batch (``--config``),
+it measures
 
-* time per update: forward + backward + Adam step (median over interleaved
-  repetitions, so every row sees the same machine load);
-* time per inference batch: a no-grad forward in eval mode, after the beam
-  search below, so that it sees the weights a second time as a stream of
-  batches does (the ON-LSTM lays its updated weights out for oneDNN on the
-  first no-grad call after an update and keeps them);
+* time per update: forward + backward + Adam step.  A repeat times K
+  consecutive updates (on CUDA between two events, the host waiting once, at
+  the end), K the fewest that last ``--min-repeat-ms``, chosen once per row;
+  the figure is the repeat's time / K, its median over the repeats;
+* time per inference batch: likewise, K' no-grad forwards in eval mode, after
+  the beam search below, so that they see the weights as a stream of batches
+  does (the ON-LSTM lays its updated weights out for oneDNN on the first
+  no-grad call after an update and keeps them);
 * decoding speed: beam search (beam 4, a fixed number of steps) over the
   batch, in sentences per second (trees given, parsing excluded), and the
-  milliseconds of it spent in the encoder (run once per batch; the rest is
-  the decoder's steps, the same in every row);
+  milliseconds of it spent in the encoder;
 * peak training memory: on CUDA ``max_memory_allocated``; on CPU, in a
   fresh process, parameters + optimizer state + the peak resident set of one
   update above what the process held just before it (glibc's mmap threshold
   is pinned so freed tensors really leave the resident set);
 
-and prints each as a ratio to its baseline row (the ratio of the medians;
-for time per update also the range of the per-repeat ratios, each repeat's
-run against the baseline's run in the same repeat: the noise), to fairseq's stock
-``transformer`` of the same size, or for the ON-LSTM/LSTM + SAN hybrids
-(K = L = ``--layers``) a stock ``transformer`` whose encoder has as many
-layers (2 x ``--layers``, ``stock-deep``), the comparison of Hao et al.'s
-Table 1.  Absolute times on shared machines mean little; ratios measured in
-the same run do.
+each as a ratio to its baseline row, with the range of the per-repeat ratios
+(the rows are interleaved within a repeat, each against its baseline's run in
+the same repeat: the noise).  The baseline is fairseq's stock
+``transformer`` of the same size, or for the ON-LSTM/LSTM + SAN hybrids a
+stock ``transformer`` with as many encoder layers (``stock-deep``), the
+comparison of Hao et al.'s Table 1.  A row that cannot run here is reported
+and the others measured; ``posattn-off`` (the stock function) is flagged in
+every repeat outside 0.97-1.03.
 
 ``--profile LABEL`` instead runs a few updates of one row under
-``torch.profiler`` and prints where the time goes: forward time per part of
-the model, forward / backward / optimizer totals and the costliest
-operators.
+``torch.profiler`` and prints where the time goes.
 """
 
 import argparse
 import ctypes
+import functools
 import gc
 import json
 import multiprocessing
@@ -58,7 +59,7 @@ from ..kernels import candidates
 from ..kernels.candidates import onlstm_cuda_graphs
 from ..structure import batch_trees_of_pieces
 from ..structure.control_trees import random_projective_heads
-from .timing import per_repeat_ratios, synchronize
+from .timing import PHASES, Timer, first_calls, interleaved, per_repeat_ratios, synchronize
 
 
 @dataclass
@@ -119,6 +120,10 @@ ROWS = [
 
 
 ROW_BY_LABEL = {row.label: row for row in ROWS}
+# --config: (B, T).  wmt: 16,384 tokens a batch (12k source tokens unpadded), the top of the 8k-16k that WMT14
+# runs put in one GPU's batch; fairseq batches sentences of like lengths, so one T, the default's
+CONFIGS = {"default": (32, 64), "wmt": (256, 64)}
+POSATTN_OFF_BAND = (0.97, 1.03)  # posattn-off computes the stock function: a repeat outside this is noise
 
 
 def _size_flags(row: BenchRow, settings) -> List[str]:
@@ -180,6 +185,7 @@ class Runner:
     """One model, its optimizer and batch; ``train_step`` and ``infer_step``."""
 
     def __init__(self, row: BenchRow, settings, dictionary, device):
+        self.row = row
         torch.manual_seed(settings.seed)
         self.model = build_model(row, settings, dictionary).to(device)
         # --fp16 / --bf16 as fairseq's FP16Optimizer does it: the model in half
@@ -200,9 +206,9 @@ class Runner:
         )
         self.device = device
 
-    def train_step(self) -> float:
+    def train_step(self) -> None:
+        """One update, queued (the timer waits for the device)."""
         self.model.train()
-        start = time.perf_counter()
         logits = self.model(self.src, self.lengths, self.prev, **self.trees)[0]
         loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), self.tgt.view(-1))
         loss.backward()
@@ -211,8 +217,6 @@ class Runner:
         else:
             self._master_step()
         self.optimizer.zero_grad(set_to_none=True)
-        synchronize(self.device)
-        return time.perf_counter() - start
 
     @torch.no_grad()
     def _master_step(self):
@@ -226,12 +230,10 @@ class Runner:
             p.grad = None
 
     @torch.no_grad()
-    def infer_step(self) -> float:
+    def infer_step(self) -> None:
+        """One no-grad forward in eval mode, queued."""
         self.model.eval()
-        start = time.perf_counter()
         self.model(self.src, self.lengths, self.prev, **self.trees)
-        synchronize(self.device)
-        return time.perf_counter() - start
 
     @torch.no_grad()
     def decode_step(self) -> Tuple[float, float]:
@@ -344,104 +346,156 @@ def sdpa_backends(step) -> Dict[str, int]:
     return counts
 
 
-def measure_time(rows: List[BenchRow], settings, device):
+def measure_time(rows: List[BenchRow], settings, device, timer: Timer) -> dict:
+    """Each row's per-update and per-inference seconds in every repeat
+    (:func:`.timing.interleaved`), the beam search's figures, and the rows
+    that could not run here."""
     dictionary = stand_in_dictionary(settings.vocab)
-    runners = {row.label: Runner(row, settings, dictionary, device) for row in rows}
-    backends = {}
-    for label, runner in runners.items():  # warm-up
-        backends[label] = sdpa_backends(runner.train_step)
+
+    def start(row):
+        runner = Runner(row, settings, dictionary, device)
+        backends = sdpa_backends(runner.train_step)  # warm-up
         runner.infer_step()
-    train = {label: [] for label in runners}
-    infer = {label: [] for label in runners}
-    decode = {label: [] for label in runners}
-    decode_encoder = {label: [] for label in runners}
-    for _ in range(settings.repeats):
-        for label, runner in runners.items():
-            train[label].append(runner.train_step())
-            if settings.decode:
-                speed, in_encoder = runner.decode_step()
-                decode[label].append(speed)
-                decode_encoder[label].append(in_encoder)
-            else:
-                runner.infer_step()  # untimed, in the search's place: the first use of the updated weights
-            infer[label].append(runner.infer_step())  # the second use of the updated weights
-    params = {
-        label: sum(p.numel() for p in runner.model.parameters())
-        for label, runner in runners.items()
-    }
-    return train, infer, decode, decode_encoder, params, backends
+        return runner, backends
+
+    started, failed = first_calls({row.label: functools.partial(start, row) for row in rows},
+                                  {row.label: row.baseline for row in rows})
+    runners = {label: runner for label, (runner, _) in started.items()}
+    decode = {"decode": {label: [] for label in runners}, "decode_encoder": {label: [] for label in runners}}
+
+    def after_train(label):
+        if settings.decode:
+            speed, in_encoder = runners[label].decode_step()
+            decode["decode"][label].append(speed)
+            decode["decode_encoder"][label].append(in_encoder)
+        else:
+            runners[label].infer_step()  # untimed, in the search's place: the first use of the updated weights
+
+    steps = {label: {"train": runner.train_step, "infer": runner.infer_step} for label, runner in runners.items()}
+    calls, times = interleaved(steps, settings.repeats, settings.min_repeat_ms / 1000, timer, after_train)
+    times.update(decode)
+    return {"times": times, "calls": calls, "failed": failed,
+            "backends": {label: backends for label, (_, backends) in started.items()},
+            "params": {label: sum(p.numel() for p in runner.model.parameters()) for label, runner in runners.items()}}
 
 
-def run(settings) -> dict:
-    device = torch.device(settings.device)
-    torch.set_num_threads(settings.threads)
-    wanted = settings.rows.split(",") if settings.rows else [row.label for row in ROWS if row.by_default]
-    unknown = set(wanted) - {row.label for row in ROWS}
+def chosen_rows(text: str) -> List[BenchRow]:
+    """The rows ``--rows`` names (default: those run by default), with their baselines, in :data:`ROWS`' order."""
+    wanted = text.split(",") if text else [row.label for row in ROWS if row.by_default]
+    unknown = set(wanted) - set(ROW_BY_LABEL)
     if unknown:
         raise SystemExit(f"unknown --rows {sorted(unknown)}; choose from {[r.label for r in ROWS]}")
-    needed = set(wanted)
+    needed = {"stock"}
     for label in wanted:  # a row, its baseline, the baseline's baseline ...
+        needed.add(label)
         while label != "stock":
             label = ROW_BY_LABEL[label].baseline
             needed.add(label)
-    needed.add("stock")
-    rows = [row for row in ROWS if row.label in needed]
-    train_runs, infer_runs, decode_runs, decode_encoder_runs, params, backends = measure_time(rows, settings, device)
-    train, infer, decode, decode_encoder = ({label: statistics.median(v) for label, v in runs.items() if v}
-                                            for runs in (train_runs, infer_runs, decode_runs, decode_encoder_runs))
-    peaks = measure_memory(rows, settings, device) if settings.memory else {}
+    return [row for row in ROWS if row.label in needed]
+
+
+def resolve_config(settings):
+    """``--batch`` and ``--length`` from ``--config`` where they are not given."""
+    batch, length = CONFIGS[settings.config]
+    settings.batch = settings.batch or batch
+    settings.length = settings.length or length
+    return settings
+
+
+def outside_band(ratios: Sequence[float], band: Tuple[float, float] = POSATTN_OFF_BAND) -> List[List[float]]:
+    """``[repeat, ratio]`` (repeats from 1) of each ratio outside ``band``."""
+    return [[repeat, ratio] for repeat, ratio in enumerate(ratios, 1) if not band[0] <= ratio <= band[1]]
+
+
+def run(settings, timer: Optional[Timer] = None) -> dict:
+    """Measure the ``--rows`` at ``--config``'s batch; where the GPU runs out
+    of memory, every row again at half the batch (the report lists each try)."""
+    resolve_config(settings)
+    device = torch.device(settings.device)
+    torch.set_num_threads(settings.threads)
+    rows = chosen_rows(settings.rows)
+    timer = timer or Timer.for_device(device)
+    out_of_memory = []
+    while True:
+        try:
+            measured = measure_time(rows, settings, device, timer)
+            if "stock" in measured["failed"]:
+                raise SystemExit(f"the stock row did not run: {measured['failed']['stock']}")
+            ran = [row for row in rows if row.label in measured["params"]]
+            peaks = measure_memory(ran, settings, device) if settings.memory else {}
+            break
+        except torch.OutOfMemoryError as error:
+            if settings.batch == 1:
+                raise
+            out_of_memory.append({"batch": settings.batch, "error": "; ".join(
+                [str(error).splitlines()[0]] + getattr(error, "__notes__", []))})
+        onlstm_cuda_graphs.clear()  # after the except clause, which held the frames of the tensors
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        settings.batch //= 2
+    times = measured["times"]
+    median = {name: {label: statistics.median(v) for label, v in runs.items() if v} for name, runs in times.items()}
 
     results = []
-    for row in rows:
-        base = row.baseline
-        entry = {
-            **asdict(row),
-            "params": params[row.label],
-            "train_ms": 1000 * train[row.label],
-            "train_ratio": train[row.label] / train[base],
-            "train_ratio_per_repeat": per_repeat_ratios(train_runs[row.label], train_runs[base]),
-            "infer_ms": 1000 * infer[row.label],
-            "infer_ratio": infer[row.label] / infer[base],
-            "infer_ratio_per_repeat": per_repeat_ratios(infer_runs[row.label], infer_runs[base]),
-            "sdpa_backends_in_training": backends[row.label],
-        }
+    for row in ran:
+        label, base = row.label, row.baseline
+        entry = {**asdict(row), "params": measured["params"][label],
+                 "sdpa_backends_in_training": measured["backends"][label]}
+        for phase in PHASES:
+            entry.update({
+                f"{phase}_ms": 1000 * median[phase][label],
+                f"{phase}_ratio": median[phase][label] / median[phase][base],
+                f"{phase}_ratio_per_repeat": per_repeat_ratios(times[phase][label], times[phase][base]),
+                f"{phase}_ms_per_repeat": [1000 * t for t in times[phase][label]],
+                f"{phase}_calls_per_repeat": measured["calls"][label][phase],
+            })
         if settings.decode:
             entry.update({
-                "decode_sent_per_s": decode[row.label],
-                "decode_ratio": decode[row.label] / decode[base],
-                "decode_ratio_per_repeat": per_repeat_ratios(decode_runs[row.label], decode_runs[base]),
-                "decode_encoder_ms": 1000 * decode_encoder[row.label],
+                "decode_sent_per_s": median["decode"][label],
+                "decode_ratio": median["decode"][label] / median["decode"][base],
+                "decode_ratio_per_repeat": per_repeat_ratios(times["decode"][label], times["decode"][base]),
+                "decode_encoder_ms": 1000 * median["decode_encoder"][label],
             })
-        if row.label in peaks:
-            entry["peak_mb"] = peaks[row.label]
-            entry["peak_ratio"] = peaks[row.label] / peaks[base]
+        if label in peaks:
+            entry["peak_mb"] = peaks[label]
+            entry["peak_ratio"] = peaks[label] / peaks[base]
         results.append(entry)
     dtype = str(settings.half or torch.float32).replace("torch.", "")
-    return {
+    report = {
         "settings": {**vars(settings), "half": None if settings.half is None else dtype},
         "torch": torch.__version__,
         "device": str(device),
         "dtype": dtype,
         "threads": torch.get_num_threads(),
+        "out_of_memory": out_of_memory,
+        "failed": measured["failed"],
         "rows": results,
     }
+    off = next((r for r in results if r["label"] == "posattn-off"), None)
+    if off is not None:
+        report["posattn_off_outside"] = {phase: outside_band(off[f"{phase}_ratio_per_repeat"]) for phase in PHASES}
+    return report
 
 
 def format_table(report: dict) -> str:
-    """One line per row: times, ratios to its baseline and each ratio's range over the repeats."""
+    """One line per row: per-update times, ratios to its baseline and each
+    ratio's range over the repeats, the calls K timed per repeat (train/infer);
+    then what went wrong, and posattn-off's repeats outside its band."""
     decode = "decode_ratio" in report["rows"][0]
-    header = (f"{'row':<15} {'params':>11} {'train ms':>9} {'x base':>7} {'per repeat':>11} "
-              f"{'infer ms':>9} {'x base':>7} {'per repeat':>11} "
+    header = (f"{'row':<21} {'params':>11} {'train ms':>9} {'x base':>7} {'per repeat':>11} "
+              f"{'infer ms':>9} {'x base':>7} {'per repeat':>11} {'K':>7} "
               + (f"{'decode/s':>9} {'x base':>7} {'enc ms':>7} " if decode else "")
               + f"{'peak MB':>8} {'x base':>7}  base")
     lines = [header, "-" * len(header)]
     for r in report["rows"]:
         peak = f"{r['peak_mb']:8.0f} {r['peak_ratio']:7.2f}" if "peak_mb" in r else f"{'-':>8} {'-':>7}"
         train, infer = r["train_ratio_per_repeat"], r["infer_ratio_per_repeat"]
+        calls = f"{r['train_calls_per_repeat']}/{r['infer_calls_per_repeat']}"
         lines.append(
-            f"{r['label']:<15} {r['params']:>11,} {r['train_ms']:9.1f} {r['train_ratio']:7.2f} "
+            f"{r['label']:<21} {r['params']:>11,} {r['train_ms']:9.2f} {r['train_ratio']:7.2f} "
             f"{min(train):5.2f}-{max(train):5.2f} "
-            f"{r['infer_ms']:9.1f} {r['infer_ratio']:7.2f} {min(infer):5.2f}-{max(infer):5.2f} "
+            f"{r['infer_ms']:9.2f} {r['infer_ratio']:7.2f} {min(infer):5.2f}-{max(infer):5.2f} {calls:>7} "
             + (f"{r['decode_sent_per_s']:9.1f} {r['decode_ratio']:7.2f} {r['decode_encoder_ms']:7.1f} "
                if decode else "")
             + f"{peak}  {r['baseline']}"
@@ -450,6 +504,15 @@ def format_table(report: dict) -> str:
             for r in report["rows"] if r.get("sdpa_backends_in_training")]
     if used:
         lines.append("scaled_dot_product_attention's backend in a training update (calls x backend): " + "; ".join(used))
+    for oom in report["out_of_memory"]:
+        lines.append(f"B={oom['batch']} ran out of GPU memory ({oom['error']}): every row measured again at half the batch")
+    lines += [f"not measured: {label}: {error}" for label, error in report["failed"].items()]
+    if "posattn_off_outside" in report:
+        low, high = POSATTN_OFF_BAND
+        outside = "; ".join(f"{phase} " + ", ".join(f"repeat {i}: {ratio:.3f}" for i, ratio in found)
+                            for phase, found in report["posattn_off_outside"].items() if found)
+        lines.append(f"posattn-off (the stock function) outside {low}-{high} x stock: {outside}" if outside else
+                     f"posattn-off (the stock function) within {low}-{high} x stock in every repeat")
     return "\n".join(lines)
 
 
@@ -572,8 +635,12 @@ def get_parser():
     comparisons = ", ".join(row.label for row in ROWS if not row.by_default)
     parser.add_argument("--rows", default="", help=f"comma-separated row labels (default: all but the kernel "
                         f"comparisons {comparisons}); stock and each row's baseline always run")
-    parser.add_argument("--batch", type=int, default=32, help="sentences per batch (B)")
-    parser.add_argument("--length", type=int, default=64, help="source/target length (T)")
+    parser.add_argument("--config", choices=CONFIGS, default="default",
+                        help="the batch: " + ", ".join(f"{name} B={b} x T={t}" for name, (b, t) in CONFIGS.items())
+                        + " (wmt: a WMT14 batch of 16k tokens; if the GPU runs out of memory, every row again at "
+                          "half the batch); --batch and --length override it")
+    parser.add_argument("--batch", type=int, default=None, help="sentences per batch (B; default: --config's)")
+    parser.add_argument("--length", type=int, default=None, help="source/target length (T; default: --config's)")
     parser.add_argument("--embed-dim", type=int, default=512)
     parser.add_argument("--ffn-dim", type=int, default=2048)
     parser.add_argument("--heads", type=int, default=8)
@@ -581,7 +648,10 @@ def get_parser():
     parser.add_argument("--vocab", type=int, default=8000)
     parser.add_argument("--max-positions", type=int, default=256,
                         help="--max-source-positions; at most the P/R/conv1d table size t (256)")
-    parser.add_argument("--repeats", type=int, default=5, help="timed updates per row")
+    parser.add_argument("--repeats", type=int, default=5, help="timed repeats per row, the rows interleaved")
+    parser.add_argument("--min-repeat-ms", type=float, default=200.0,
+                        help="a repeat times K consecutive updates (and K' inferences), K the fewest that last "
+                             "this long, found once per row; the figures are per update")
     parser.add_argument("--no-decode", dest="decode", action="store_false",
                         help="skip the timed beam search (training, inference and memory only)")
     parser.add_argument("--decode-steps", type=int, default=16,
@@ -608,20 +678,23 @@ def main(argv=None):
     if settings.profile:
         if settings.profile not in ROW_BY_LABEL:
             raise SystemExit(f"unknown --profile {settings.profile!r}; choose from {list(ROW_BY_LABEL)}")
-        report = profile_row(ROW_BY_LABEL[settings.profile], settings, torch.device(settings.device))
+        report = profile_row(ROW_BY_LABEL[settings.profile], resolve_config(settings), torch.device(settings.device))
         print(report)
         return report
     report = run(settings)
     print(
-        f"B={settings.batch} T={settings.length} d={settings.embed_dim} ffn={settings.ffn_dim} "
+        f"--config {settings.config}: B={settings.batch} T={settings.length} d={settings.embed_dim} ffn={settings.ffn_dim} "
         f"heads={settings.heads} layers={settings.layers}+{settings.layers} vocab={settings.vocab} "
-        f"device={report['device']} {report['dtype']} threads={report['threads']} torch={report['torch']}"
+        f"device={report['device']} {report['dtype']} threads={report['threads']} torch={report['torch']}, "
+        f"median of {settings.repeats} interleaved repeats of at least {settings.min_repeat_ms:g} ms"
     )
     print(format_table(report))
     if settings.json:
         with open(settings.json, "w") as out:
             json.dump(report, out, indent=2)
         print(f"wrote {settings.json}", file=sys.stderr)
+    if report["failed"]:
+        raise SystemExit(f"rows not measured: {', '.join(report['failed'])}")
     return report
 
 

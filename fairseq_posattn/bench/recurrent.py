@@ -1,49 +1,46 @@
 """Speed of the recurrent encoder layers against ``torch.nn.LSTM``.
 
-    fairseq-posattn-bench-recurrent                  # d=512, T=64, B=32, float32, CPU
+    fairseq-posattn-bench-recurrent                  # d=512, T=64, B=32, bidirectional, float32, CPU
     fairseq-posattn-bench-recurrent --profile        # + torch.profiler tables of the ON-LSTM layer
-    fairseq-posattn-bench-recurrent --threads 1 --repeats 11
     fairseq-posattn-bench-recurrent --min-length 32  # padded batches, lengths 32..64
-    fairseq-posattn-bench-recurrent --device cuda --bf16   # or --fp16: every row in half precision
+    fairseq-posattn-bench-recurrent --device cuda --fp16 --unidirectional --batch 128   # cuDNN at its best
 
-Rows, all bidirectional with hidden = d per direction:
+Rows, hidden = d per direction, bidirectional or (``--unidirectional``) not:
 
-* ``nn.LSTM``: a raw ``torch.nn.LSTM(d, d, bidirectional=True)`` on the
-  unpadded ``[T, B, d]`` batch (oneDNN's fused RNN on CPU when available),
-  the reference (on CUDA the run also names the GPU kernels of one of its
-  training steps, which say which algorithm cuDNN took);
+* ``nn.LSTM``: a raw ``torch.nn.LSTM(d, d)`` on the unpadded ``[T, B, d]``
+  batch (oneDNN's fused RNN on CPU when available), the reference.  Named
+  ``nn.LSTM cuDNN persistent`` where PyTorch lets cuDNN take its persistent
+  kernel: CUDA, float16, one direction (one layer), d a multiple of 128, B a
+  multiple of 8 up to 128.  On CUDA the run names the GPU kernels of one of
+  its training steps, which say which algorithm cuDNN took;
 * ``LSTM layer``: :class:`RecurrentLayer` with ``cell="lstm"`` (packed
-  ``nn.LSTM`` + 2d -> d projection + residual + pad mask);
+  ``nn.LSTM`` + D*d -> d projection + residual + pad mask);
 * ``ON-LSTM layer``: :class:`RecurrentLayer` with ``cell="onlstm"``, on
   the kernel ``auto`` takes here (:mod:`..kernels.dispatch`);
 * on CUDA, the same layer on each candidate of ``--kernels``
-  (:mod:`..kernels.candidates`), a row named after it;
+  (:mod:`..kernels.candidates`), a row named after it, against the ON-LSTM layer;
 * ``ON-LSTM, reference``: the same layer on the reference, where a fast path applies.
 
 With ``--min-length L`` the layer rows get a padded batch, sentence lengths
-uniform in ``[L, T]`` (the first ``T``), as ``fairseq-posattn-bench`` builds
-its batches; they skip the pads, ``nn.LSTM`` keeps the full batch.
-
-Each row is timed for training (forward + backward of ``out.sum()``,
-gradients reset before each run) and then, after all the training repeats,
-for inference (forward under ``torch.no_grad``, call after call with the same
-weights, as in decoding); the rows are interleaved within each repeat, and
-the median over repeats is reported with ratios to ``nn.LSTM`` (the ratio of
-the medians, and in brackets the range of the per-repeat ratios, each against
-the ``nn.LSTM`` run of the same repeat).  ON-LSTM has 6h gate units per
-direction against LSTM's 4h (1.5x the recurrent and input-projection FLOPs),
-and the layers add a 2d -> d projection.
+uniform in ``[L, T]`` (the first ``T``); they skip the pads, ``nn.LSTM``
+keeps the full batch.  Each row is timed for training (forward + backward of
+``out.sum()``) and inference (forward under ``torch.no_grad``), K
+consecutive calls a repeat (as :mod:`.models` does), the rows interleaved
+within each repeat; the median over repeats is reported with ratios to the
+row's baseline (the ratio of the medians, and the range of the per-repeat
+ratios).  ON-LSTM has 6h gate units per direction against LSTM's 4h (1.5x
+the recurrent and input-projection FLOPs), and the layers add a projection.
 """
 
 import argparse
+import functools
 import json
 import statistics
-import time
-from typing import List, Optional, Sequence
+from typing import Callable, List, NamedTuple, Optional, Sequence
 
 import torch
 
-from fairseq_posattn.bench.timing import ratio_range, synchronize
+from fairseq_posattn.bench.timing import PHASES, Timer, first_calls, interleaved, ratio_range, synchronize
 from fairseq_posattn.kernels import candidates, dispatch, onednn
 from fairseq_posattn.modules.recurrent import RecurrentLayer
 
@@ -66,10 +63,12 @@ def get_parser():
     p.add_argument("--dim", type=int, default=512, help="d (hidden = d per direction)")
     p.add_argument("--seq-len", type=int, default=64)
     p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--unidirectional", action="store_true", help="every row in one direction (default: both)")
     p.add_argument("--min-length", type=int, default=None,
                    help="pad the layers' batch: lengths uniform in [MIN_LENGTH, seq-len] (default: all seq-len)")
     p.add_argument("--repeats", type=int, default=7)
-    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--min-repeat-ms", type=float, default=200.0,
+                   help="a repeat times K consecutive calls, K the fewest that last this long, found once per row")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (on cuda nn.LSTM is cuDNN's)")
     precision = p.add_mutually_exclusive_group()
@@ -87,6 +86,14 @@ def get_parser():
 
 
 MATMULS = ("aten::bmm", "aten::baddbmm", "aten::mm", "aten::addmm") + onednn.MATMUL_OPS
+ONLSTM = "ON-LSTM layer"
+
+
+class Row(NamedTuple):
+    module: torch.nn.Module
+    fn: Callable[[], torch.Tensor]
+    baseline: str
+    candidate: Optional[str] = None
 
 
 def _zero(module):
@@ -94,7 +101,17 @@ def _zero(module):
         p.grad = None
 
 
+def lstm_label(args) -> str:
+    """``nn.LSTM``'s row, named for cuDNN's persistent kernel where PyTorch
+    lets cuDNN take it (its heuristics for an LSTM on a GPU of 98 or more
+    multiprocessors, sm_80 and later but sm_86)."""
+    persistent = (args.device.startswith("cuda") and args.dtype == torch.float16 and args.unidirectional
+                  and args.dim % 128 == 0 and args.dim <= 1024 and args.batch % 8 == 0 and args.batch <= 128)
+    return "nn.LSTM cuDNN persistent" if persistent else "nn.LSTM"
+
+
 def build(args):
+    """The input and the rows, the reference first."""
     torch.manual_seed(0)
     d, t, b = args.dim, args.seq_len, args.batch
     x = torch.randn(t, b, d).to(args.device, args.dtype).requires_grad_()
@@ -103,74 +120,76 @@ def build(args):
         lengths = torch.randint(args.min_length, t + 1, (b,))
         lengths[0] = t
     lengths = lengths.to(args.device)
-    lstm = torch.nn.LSTM(d, d, bidirectional=True).to(args.device, args.dtype)
-    rows = {
-        "nn.LSTM": (lstm, lambda: lstm(x)[0]),
-    }
-    layers = [("LSTM layer", "lstm", "auto"), ("ON-LSTM layer", "onlstm", "auto")]
+    both = not args.unidirectional
+    lstm = torch.nn.LSTM(d, d, bidirectional=both).to(args.device, args.dtype)
+    reference = lstm_label(args)
+    rows = {reference: Row(lstm, lambda: lstm(x)[0], reference)}
+    layers = [("LSTM layer", "lstm", "auto"), (ONLSTM, "onlstm", "auto")]
     fast = dispatch.recurrent_kernel("auto", x.device, x.dtype)
     if fast is dispatch.ONLSTM_TRITON:
         layers += [(name, "onlstm", name) for name in args.kernels]
     if fast is not dispatch.ONLSTM_REFERENCE:
         layers.append(("ON-LSTM, reference", "onlstm", "reference"))
     for label, cell, kernel in layers:
-        layer = RecurrentLayer(d, cell, kernel="auto" if kernel in CANDIDATES else kernel)
-        if kernel in CANDIDATES:
-            candidates.use(layer, kernel)
+        candidate = kernel if kernel in CANDIDATES else None
+        layer = RecurrentLayer(d, cell, bidirectional=both, kernel="auto" if candidate else kernel)
+        if candidate:
+            candidates.use(layer, candidate)
         layer = layer.to(args.device, args.dtype)
-        rows[label] = (layer, (lambda layer=layer: layer(x, lengths)))
+        rows[label] = Row(layer, (lambda layer=layer: layer(x, lengths)), ONLSTM if candidate else reference, candidate)
     return x, rows
 
 
-def train_step(x, module, fn):
-    _zero(module)
+def train_step(x, row: Row) -> None:
+    _zero(row.module)
     x.grad = None
-    fn().sum().backward()
-    synchronize(x.device)
+    row.fn().sum().backward()
 
 
-def infer_step(x, fn):
-    with torch.no_grad():
-        fn()
-    synchronize(x.device)
+@torch.no_grad()
+def infer_step(row: Row) -> None:
+    row.fn()
 
 
-def run(args):
+def run(args, timer: Optional[Timer] = None):
     if args.threads:
         torch.set_num_threads(args.threads)
     x, rows = build(args)
-    train = {k: [] for k in rows}
-    infer = {k: [] for k in rows}
-    for times, step in ((train, train_step), (infer, lambda x, module, fn: infer_step(x, fn))):
-        for repeat in range(args.warmup + args.repeats):
-            for label, (module, fn) in rows.items():
-                start = time.perf_counter()
-                step(x, module, fn)
-                if repeat >= args.warmup:
-                    times[label].append(time.perf_counter() - start)
+    timer = timer or Timer.for_device(x.device)
+    steps = {label: {"train": functools.partial(train_step, x, row), "infer": functools.partial(infer_step, row)}
+             for label, row in rows.items()}
+    started, failed = first_calls({label: (lambda s=s: [step() for step in s.values()]) for label, s in steps.items()},
+                                  {label: row.baseline for label, row in rows.items()})
+    if next(iter(rows)) in failed:
+        raise SystemExit(f"the reference did not run: {failed[next(iter(rows))]}")
+    calls, times = interleaved({label: steps[label] for label in started}, args.repeats, args.min_repeat_ms / 1000,
+                               timer)
     result = {
         "config": {"device": str(x.device), "dtype": str(x.dtype).replace("torch.", ""),
-                   "dim": args.dim, "seq_len": args.seq_len,
-                   "batch": args.batch, "repeats": args.repeats, "min_length": args.min_length,
+                   "dim": args.dim, "seq_len": args.seq_len, "batch": args.batch,
+                   "directions": 1 if args.unidirectional else 2, "repeats": args.repeats,
+                   "min_repeat_ms": args.min_repeat_ms, "min_length": args.min_length,
                    "threads": torch.get_num_threads(), "torch": torch.__version__,
                    "mkldnn": torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled},
+        "failed": failed,
         "rows": [],
     }
-    ref_train = statistics.median(train["nn.LSTM"])
-    ref_infer = statistics.median(infer["nn.LSTM"])
-    for label, (module, _) in rows.items():
-        tr, inf = statistics.median(train[label]), statistics.median(infer[label])
-        result["rows"].append({
-            "label": label,
-            "params": sum(p.numel() for p in module.parameters()),
-            "train_ms": 1e3 * tr, "train_ratio": tr / ref_train,
-            "train_ratio_range": ratio_range(train[label], train["nn.LSTM"]),
-            "infer_ms": 1e3 * inf, "infer_ratio": inf / ref_infer,
-            "infer_ratio_range": ratio_range(infer[label], infer["nn.LSTM"]),
-            "train_ms_all": [round(1e3 * v, 1) for v in train[label]],
-        })
+    for label in started:
+        row = rows[label]
+        entry = {"label": label, "baseline": row.baseline, "candidate": row.candidate,
+                 "params": sum(p.numel() for p in row.module.parameters())}
+        for phase in PHASES:
+            mine, base = times[phase][label], times[phase][row.baseline]
+            entry.update({
+                f"{phase}_ms": 1e3 * statistics.median(mine),
+                f"{phase}_ratio": statistics.median(mine) / statistics.median(base),
+                f"{phase}_ratio_range": ratio_range(mine, base),
+                f"{phase}_ms_per_repeat": [1e3 * t for t in mine],
+                f"{phase}_calls_per_repeat": calls[label][phase],
+            })
+        result["rows"].append(entry)
     if x.is_cuda:
-        result["lstm_kernels"] = lstm_kernels(x, *rows["nn.LSTM"])
+        result["lstm_kernels"] = lstm_kernels(x, next(iter(rows.values())))
     return result
 
 
@@ -179,18 +198,18 @@ def profile_table(args, row_limit=15):
     from torch.profiler import profile, record_function
 
     x, rows = build(args)
-    module, fn = rows["ON-LSTM layer"]
-    for _ in range(args.warmup):
-        train_step(x, module, fn)
-    _zero(module)
+    row = rows[ONLSTM]
+    for _ in range(2):  # warm-up
+        train_step(x, row)
+    _zero(row.module)
     x.grad = None
     with profile() as prof:
         with record_function("forward"):
-            out = fn().sum()
+            out = row.fn().sum()
         with record_function("backward"):
             out.backward()
     with profile() as prof_infer:
-        infer_step(x, fn)
+        infer_step(row)
     tables = []
     for title, events in (("train step", prof.key_averages()), ("inference step", prof_infer.key_averages())):
         phases = {e.key: e.cpu_time_total for e in events if e.key in ("forward", "backward")}
@@ -205,13 +224,14 @@ def profile_table(args, row_limit=15):
     return "\n".join(tables)
 
 
-def lstm_kernels(x, module, fn, top: int = 6) -> list:
+def lstm_kernels(x, row: Row, top: int = 6) -> list:
     """The GPU kernels of one ``nn.LSTM`` training step, most time first: their
     names say which algorithm cuDNN took (``persist`` in the persistent ones)."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        train_step(x, module, fn)
+        train_step(x, row)
+        synchronize(x.device)
     kernels = [e for e in prof.key_averages() if e.self_device_time_total > 0]
     kernels.sort(key=lambda e: -e.self_device_time_total)
     return [e.key for e in kernels[:top]]
@@ -222,22 +242,30 @@ def main(argv=None):
     result = run(args)
     cfg = result["config"]
     lengths = "T" if cfg["min_length"] is None else "%d..T" % cfg["min_length"]
-    print("d=%(dim)d T=%(seq_len)d B=%(batch)d %(dtype)s %(device)s, %(threads)d threads, torch %(torch)s, "
-          "median of %(repeats)d interleaved repeats" % cfg + ", layer lengths " + lengths)
-    print("%-18s %10s %10s %22s %10s %22s" % ("", "params", "train ms", "ratio [per repeat]", "infer ms",
-                                              "ratio [per repeat]"))
+    print("d=%(dim)d T=%(seq_len)d B=%(batch)d directions=%(directions)d %(dtype)s %(device)s, %(threads)d threads, "
+          "torch %(torch)s, median of %(repeats)d interleaved repeats of at least %(min_repeat_ms)g ms" % cfg
+          + ", layer lengths " + lengths)
+    print("%-24s %10s %10s %22s %10s %22s %7s  %s" % ("", "params", "train ms", "ratio [per repeat]", "infer ms",
+                                                      "ratio [per repeat]", "K", "base"))
     for r in result["rows"]:
-        print("%-18s %10d %10.1f %6.2fx [%5.2f-%5.2f] %10.1f %6.2fx [%5.2f-%5.2f]" % (
+        print("%-24s %10d %10.2f %6.2fx [%5.2f-%5.2f] %10.2f %6.2fx [%5.2f-%5.2f] %7s  %s" % (
             r["label"], r["params"], r["train_ms"], r["train_ratio"], *r["train_ratio_range"],
-            r["infer_ms"], r["infer_ratio"], *r["infer_ratio_range"]))
+            r["infer_ms"], r["infer_ratio"], *r["infer_ratio_range"],
+            "%d/%d" % (r["train_calls_per_repeat"], r["infer_calls_per_repeat"]), r["baseline"]))
+    for label, error in result["failed"].items():
+        print("not measured: %s: %s" % (label, error))
     if "lstm_kernels" in result:
-        print("nn.LSTM's GPU kernels in one training step, most time first:", "; ".join(result["lstm_kernels"]))
+        persistent = any("persist" in name.lower() for name in result["lstm_kernels"])
+        print("nn.LSTM's GPU kernels in one training step, most time first (%s persistent kernel):"
+              % ("a" if persistent else "no"), "; ".join(result["lstm_kernels"]))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
     if args.profile:
         print()
         print(profile_table(args))
+    if result["failed"]:
+        raise SystemExit("rows not measured: %s" % ", ".join(result["failed"]))
     return result
 
 
