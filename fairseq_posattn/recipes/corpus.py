@@ -1,30 +1,13 @@
 """Text preparation for the recipes: raw parallel text to the tokenized words
 that are parsed, split into subwords and binarized.
 
-Commands (``fairseq-posattn-corpus COMMAND --help``):
-
-``tokenize``
-    Moses-style: punctuation normalization, control characters removed, then
-    the Moses tokenizer (sacremoses; ``--aggressive-dashes`` splits
-    ``a-b`` into ``a @-@ b`` as ``tokenizer.perl -a`` does).  No XML escaping,
-    so the tokens are the words the parser sees.
-``detokenize``
-    Moses detokenization (sacremoses), e.g. of tokenized references.
-``segment``
-    Chinese word segmentation with stanza (models from ``--stanza-dir``) or
-    UDPipe (the offline ``udchinese`` model).
-``clean``
-    Drops the pairs that Moses' ``clean-corpus-n.perl`` drops: a side with
-    fewer than ``--min-len`` or more than ``--max-len`` tokens, or a token-count
-    ratio above ``--ratio``.
-``sgm``
-    Source and reference segments of NIST/WMT SGML test sets, aligned by
-    document and segment id (a reference file may hold several references).
-``spm-train`` / ``spm-encode``
-    sentencepiece over the tokenized text, with the identity normalization
-    so that the pieces spell the tokens the parser saw.
-
-Every output is written to a temporary file and renamed when complete.
+Commands (``fairseq-posattn-corpus COMMAND --help``): ``tokenize`` (Moses
+normalization and tokenizer, without XML escaping, so that the tokens are the
+words the parser sees), ``detokenize``, ``segment`` (Chinese words: stanza or
+UDPipe), ``clean`` (the pairs that Moses' ``clean-corpus-n.perl`` keeps),
+``sgm`` (NIST/WMT SGML test sets, aligned by document and segment id),
+``spm-train`` and ``spm-encode`` (sentencepiece).  Every output is written to
+a temporary file and renamed when complete.
 """
 
 import argparse
@@ -45,9 +28,14 @@ class CorpusError(ValueError):
     """Bad input; the message names the file and what to do."""
 
 
-def read_lines(path: str) -> List[str]:
+def stream_lines(path: str) -> Iterator[str]:
     with open(path, encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f]
+        for line in f:
+            yield line.rstrip("\n")
+
+
+def read_lines(path: str) -> List[str]:
+    return list(stream_lines(path))
 
 
 def chunks(items: Iterable, size: int) -> Iterator[list]:
@@ -194,12 +182,9 @@ def build_segmenter(name: str, lang: str, stanza_dir: str = None, model: str = N
 def keep_pair(src_tokens: int, tgt_tokens: int, min_len: int, max_len: int,
               ratio: float) -> bool:
     """clean-corpus-n's test of one sentence pair (token counts)."""
-    for n in (src_tokens, tgt_tokens):
-        if n < min_len or n > max_len:
-            return False
-    if src_tokens == 0 or tgt_tokens == 0:
-        return False
-    return max(src_tokens, tgt_tokens) / min(src_tokens, tgt_tokens) <= ratio
+    lengths = (src_tokens, tgt_tokens)
+    return (all(0 < n and min_len <= n <= max_len for n in lengths)
+            and max(lengths) / min(lengths) <= ratio)
 
 
 def clean_corpus(src_in: str, tgt_in: str, src_out: str, tgt_out: str, min_len: int,
@@ -326,15 +311,9 @@ def _write_lines(path: str, lines: Iterable[str]) -> int:
     return n
 
 
-def _stream(path: str) -> Iterator[str]:
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            yield line.rstrip("\n")
-
-
 def cmd_tokenize(args) -> None:
     for src, dst in _pairs(args.input, args.output):
-        n = _write_lines(dst, tokenize_lines(_progress(_stream(src), "tokenize " + src),
+        n = _write_lines(dst, tokenize_lines(_progress(stream_lines(src), "tokenize " + src),
                                              args.lang, args.aggressive_dashes, args.workers))
         print("tokenized %d lines: %s -> %s" % (n, src, dst), file=sys.stderr)
 
@@ -357,7 +336,7 @@ def cmd_segment(args) -> None:
     segmenter = build_segmenter(args.segmenter, args.lang, args.stanza_dir, args.model,
                                 args.download)
     for src, dst in _pairs(args.input, args.output):
-        lines = (line for block in chunks(_progress(_stream(src), "segment " + src), 256)
+        lines = (line for block in chunks(_progress(stream_lines(src), "segment " + src), 256)
                  for line in segmenter.segment(block))
         n = _write_lines(dst, lines)
         print("segmented %d lines (%s): %s -> %s" % (n, args.segmenter, src, dst),
@@ -390,7 +369,7 @@ def cmd_spm_train(args) -> None:
 
 def cmd_spm_encode(args) -> None:
     for src, dst in _pairs(args.input, args.output):
-        _write_lines(dst, spm_encode(args.model, _stream(src), args.workers))
+        _write_lines(dst, spm_encode(args.model, stream_lines(src), args.workers))
 
 
 def _pairs(inputs: Sequence[str], outputs: Sequence[str]):
