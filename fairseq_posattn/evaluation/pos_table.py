@@ -4,14 +4,10 @@ examples/pos_tagging/run.sh wrote: an overview of the accuracy on all words
 
     fairseq-posattn-pos-table examples/pos_tagging/work [--figure curves.png]
 
-reads ``WORK/<treebank>/<variant>/seed<N>/test.json`` (written by
-``fairseq-posattn-pos-score --json``) and, where the recipe wrote it beside,
-``train.json`` (the epochs each run trained and the commit that trained it).
-The standard deviation is the sample one (n - 1); a single seed shows none.
-Beside the accuracy on all words stands Dufter et al.'s (2020) Table 2d value
-for the treebanks of the recipe.  ``--figure`` draws the development accuracy
-after every epoch against updates from the ``train.json`` files (as in the
-paper's Figure 2): a panel per treebank, a colour per variant, a line per seed.
+It reads ``WORK/<treebank>/<variant>/seed<N>/test.json`` and, where the recipe
+wrote it, ``train.json`` beside it (docs/evaluations.md); Dufter et al.'s
+(2020) Table 2d values stand beside ours.  ``--figure`` draws the development
+accuracy per epoch against updates, as in the paper's Figure 2.
 """
 
 import argparse
