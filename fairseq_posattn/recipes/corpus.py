@@ -17,7 +17,7 @@ import re
 import sys
 from collections import OrderedDict
 from multiprocessing import Pool
-from typing import Dict, Iterable, Iterator, List, Sequence, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from ..files import atomic_output
 
@@ -79,15 +79,6 @@ def tokenize_lines(lines: Iterable[str], lang: str, aggressive_dashes: bool = Fa
     with Pool(workers, initializer=_init_moses, initargs=(lang, aggressive_dashes)) as pool:
         for block in pool.imap(_tokenize_chunk, chunks(lines, CHUNK_LINES)):
             yield from block
-
-
-def moses_tokenize_references(lines: Iterable[str], lang: str) -> List[str]:
-    """``tokenizer.perl -l LANG`` without normalization (how get_ende_bleu.sh
-    tokenizes hypotheses and references)."""
-    from sacremoses import MosesTokenizer
-
-    tokenizer = MosesTokenizer(lang=lang)
-    return [tokenizer.tokenize(line, escape=False, return_str=True) for line in lines]
 
 
 # ---------------------------------------------------------------------------
@@ -311,14 +302,24 @@ def _write_lines(path: str, lines: Iterable[str]) -> int:
     return n
 
 
+def _each_file(args, done: Optional[str], convert) -> None:
+    """Write ``convert(path)`` of each --input to its --output; ``done % lines``
+    (if given) says what was done, on stderr."""
+    if len(args.input) != len(args.output):
+        raise CorpusError(f"{len(args.input)} --input files but {len(args.output)} --output files")
+    for src, dst in zip(args.input, args.output):
+        n = _write_lines(dst, convert(src))
+        if done:
+            print(f"{done % n}: {src} -> {dst}", file=sys.stderr)
+
+
 def cmd_tokenize(args) -> None:
-    for src, dst in _pairs(args.input, args.output):
-        n = _write_lines(dst, tokenize_lines(_progress(stream_lines(src), "tokenize " + src),
-                                             args.lang, args.aggressive_dashes, args.workers))
-        print("tokenized %d lines: %s -> %s" % (n, src, dst), file=sys.stderr)
+    _each_file(args, "tokenized %d lines", lambda src: tokenize_lines(
+        _progress(stream_lines(src), "tokenize " + src), args.lang, args.aggressive_dashes,
+        args.workers))
 
 
-def detokenize(lines: Sequence[str], lang: str) -> List[str]:
+def detokenize(lines: Iterable[str], lang: str) -> List[str]:
     """Moses detokenization (sacremoses) of whitespace-tokenized lines."""
     from sacremoses import MosesDetokenizer
 
@@ -327,20 +328,15 @@ def detokenize(lines: Sequence[str], lang: str) -> List[str]:
 
 
 def cmd_detokenize(args) -> None:
-    for src, dst in _pairs(args.input, args.output):
-        n = _write_lines(dst, detokenize(read_lines(src), args.lang))
-        print("detokenized %d lines: %s -> %s" % (n, src, dst), file=sys.stderr)
+    _each_file(args, "detokenized %d lines", lambda src: detokenize(stream_lines(src), args.lang))
 
 
 def cmd_segment(args) -> None:
     segmenter = build_segmenter(args.segmenter, args.lang, args.stanza_dir, args.model,
                                 args.download)
-    for src, dst in _pairs(args.input, args.output):
-        lines = (line for block in chunks(_progress(stream_lines(src), "segment " + src), 256)
-                 for line in segmenter.segment(block))
-        n = _write_lines(dst, lines)
-        print("segmented %d lines (%s): %s -> %s" % (n, args.segmenter, src, dst),
-              file=sys.stderr)
+    _each_file(args, f"segmented %d lines ({args.segmenter})", lambda src: (
+        line for block in chunks(_progress(stream_lines(src), "segment " + src), 256)
+        for line in segmenter.segment(block)))
 
 
 def cmd_clean(args) -> None:
@@ -368,14 +364,7 @@ def cmd_spm_train(args) -> None:
 
 
 def cmd_spm_encode(args) -> None:
-    for src, dst in _pairs(args.input, args.output):
-        _write_lines(dst, spm_encode(args.model, stream_lines(src), args.workers))
-
-
-def _pairs(inputs: Sequence[str], outputs: Sequence[str]):
-    if len(inputs) != len(outputs):
-        raise CorpusError("%d --input files but %d --output files" % (len(inputs), len(outputs)))
-    return zip(inputs, outputs)
+    _each_file(args, None, lambda src: spm_encode(args.model, stream_lines(src), args.workers))
 
 
 def get_parser() -> argparse.ArgumentParser:

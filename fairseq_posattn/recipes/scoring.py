@@ -16,7 +16,7 @@ from typing import Dict, List, Optional, Sequence
 from sacrebleu.metrics import BLEU
 
 from ..files import atomic_output
-from .corpus import detokenize, moses_tokenize_references, read_lines
+from .corpus import detokenize, read_lines
 
 _COMPOUND = re.compile(r"(\S)-(\S)")
 
@@ -63,9 +63,15 @@ def bleu_score(bleu: BLEU, hyps: Sequence[str], refs: Sequence[Sequence[str]]) -
 
 def compound_split_score(hyps: Sequence[str], refs: Sequence[Sequence[str]],
                          lang: str) -> Dict[str, object]:
-    """Case-sensitive BLEU over Moses tokens with compounds split (``get_ende_bleu.sh``)."""
+    """Case-sensitive BLEU over Moses tokens with compounds split (``get_ende_bleu.sh``:
+    ``tokenizer.perl -l LANG``, without normalization)."""
+    from sacremoses import MosesTokenizer
+
+    tokenizer = MosesTokenizer(lang=lang)
+
     def prepare(lines):
-        return [split_compounds(line) for line in moses_tokenize_references(lines, lang)]
+        return [split_compounds(tokenizer.tokenize(line, escape=False, return_str=True))
+                for line in lines]
 
     return bleu_score(BLEU(tokenize="none"), prepare(hyps), [prepare(r) for r in refs])
 

@@ -183,7 +183,7 @@ def summary_line(summary: Dict[str, object]) -> str:
             + "; last validation: " + ", ".join(f"{k} {v}" for k, v in last.items()))
 
 
-def main(argv: Optional[Sequence[str]] = None) -> Dict[str, object]:
+def cli_main(argv: Optional[Sequence[str]] = None) -> None:
     parser = argparse.ArgumentParser(prog="fairseq-posattn-train-log",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--log", required=True, help="fairseq-train --log-format json output")
@@ -207,12 +207,6 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, object]:
         print(summary_line(summary))
     else:
         sys.stdout.write(text)
-    return summary
-
-
-def cli_main(argv: Optional[Sequence[str]] = None) -> None:
-    """The console script: :func:`main` without its return value."""
-    main(argv)
 
 
 if __name__ == "__main__":
