@@ -76,10 +76,7 @@ def markdown_table(results: Dict[str, List[Counts]], train_max: int) -> str:
 def plot(results: Dict[str, List[Counts]], train_max: int, path: str) -> None:
     """Accuracy against the number of operators, one line per model (the
     mean over its seeds, their range shaded)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from ..analysis.plot_curves import label_panel, plt
 
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
     xs = list(OPERATORS)
@@ -95,10 +92,7 @@ def plot(results: Dict[str, List[Counts]], train_max: int, path: str) -> None:
     ax.text(train_max + 0.6, 0.02, f"trained on <= {train_max}", transform=ax.get_xaxis_transform(),
             color="grey", fontsize=8)
     ax.set_xticks(xs)
-    ax.set_xlabel("number of logical operators")
-    ax.set_ylabel("accuracy (%)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    label_panel(ax, "", "number of logical operators", "accuracy (%)", "no model", legend_size=8)
     fig.tight_layout()
     fig.savefig(path, dpi=150)
     plt.close(fig)

@@ -46,28 +46,18 @@ def parse_difference(text: str) -> Tuple[str, str]:
     return x, y
 
 
-def run_file(results: str, name: str, seed: int, what: str) -> str:
-    return os.path.join(results, f"{name}.seed{seed}.{what}")
+def run_file(results: str, name: str, seed: int, what: str) -> Optional[str]:
+    """The path of a run's file, None when the run has none."""
+    path = os.path.join(results, f"{name}.seed{seed}.{what}")
+    return path if os.path.exists(path) else None
 
 
-def load_hypotheses(results: str, name: str, seed: int, set_name: str,
-                    refs: Sequence[str]) -> Optional[List[str]]:
-    path = run_file(results, name, seed, f"{set_name}.hyp")
-    if not os.path.exists(path):
-        return None
+def load_hypotheses(path: str, set_name: str, refs: Sequence[str]) -> List[str]:
     hyps = read_lines(path)
     if len(hyps) != len(refs):
         raise ReportError(f"{path} has {len(hyps)} lines but the reference of {set_name} has "
                           f"{len(refs)}: it must hold one hypothesis per reference line, in order")
     return hyps
-
-
-def load_summary(results: str, name: str, seed: int) -> Optional[Dict[str, object]]:
-    path = run_file(results, name, seed, "train.json")
-    if not os.path.exists(path):
-        return None
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
 
 
 def paired_test(baseline: Sequence[str], system: Sequence[str], refs: Sequence[str],
@@ -91,13 +81,14 @@ def collect(args) -> Dict[str, object]:
     metric, hyps, bleu, runs = BLEU(), {}, {}, {}
     for label, name in rows.items():
         for seed in args.seeds:
-            summary = load_summary(args.results, name, seed)
-            if summary is not None:
-                runs[label, seed] = summary
+            summary = run_file(args.results, name, seed, "train.json")
+            if summary:
+                with open(summary, encoding="utf-8") as f:
+                    runs[label, seed] = json.load(f)
             for set_name in args.sets:
-                h = load_hypotheses(args.results, name, seed, set_name, refs[set_name])
-                if h is not None:
-                    hyps[label, seed, set_name] = h
+                path = run_file(args.results, name, seed, f"{set_name}.hyp")
+                if path:
+                    h = hyps[label, seed, set_name] = load_hypotheses(path, set_name, refs[set_name])
                     bleu[label, seed, set_name] = metric.corpus_score(h, [refs[set_name]]).score
     tests = {}
     for x, y in args.difference:

@@ -372,47 +372,43 @@ def get_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
 
-    def command(name, func, help):
+    def command(name, func, help, files=True):
         c = sub.add_parser(name, help=help, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
         c.set_defaults(func=func)
+        if files:
+            c.add_argument("--input", nargs="+", required=True)
+            c.add_argument("--output", nargs="+", required=True, help="one per --input")
         return c
 
-    def files(c):
-        c.add_argument("--input", nargs="+", required=True)
-        c.add_argument("--output", nargs="+", required=True, help="one per --input")
-
     c = command("tokenize", cmd_tokenize, "Moses-style tokenization (sacremoses)")
-    files(c)
     c.add_argument("--lang", required=True)
     c.add_argument("--aggressive-dashes", action="store_true", help="a-b -> a @-@ b")
     c.add_argument("--workers", type=int, default=1)
 
     c = command("detokenize", cmd_detokenize, "Moses-style detokenization (sacremoses)")
-    files(c)
     c.add_argument("--lang", required=True)
 
     c = command("segment", cmd_segment, "Chinese word segmentation")
-    files(c)
     c.add_argument("--segmenter", choices=("stanza", "udpipe"), default="stanza")
     c.add_argument("--lang", default="zh")
     c.add_argument("--stanza-dir", default=None, help="stanza models (default: stanza's)")
     c.add_argument("--download", action="store_true", help="stanza: download missing models")
     c.add_argument("--model", default=None, help="udpipe: model file (default: udchinese)")
 
-    c = command("clean", cmd_clean, "drop pairs by length and length ratio")
+    c = command("clean", cmd_clean, "drop pairs by length and length ratio", files=False)
     for name in ("src-input", "tgt-input", "src-output", "tgt-output"):
         c.add_argument("--" + name, required=True)
     c.add_argument("--min-len", type=int, default=1)
     c.add_argument("--max-len", type=int, default=250)
     c.add_argument("--ratio", type=float, default=1.5)
 
-    c = command("sgm", cmd_sgm, "segments of an SGML test set")
+    c = command("sgm", cmd_sgm, "segments of an SGML test set", files=False)
     c.add_argument("--source", required=True)
     c.add_argument("--references", nargs="+", required=True)
     c.add_argument("--out-source", required=True)
     c.add_argument("--out-references", nargs="+", required=True)
 
-    c = command("spm-train", cmd_spm_train, "train a sentencepiece model")
+    c = command("spm-train", cmd_spm_train, "train a sentencepiece model", files=False)
     c.add_argument("--input", nargs="+", required=True)
     c.add_argument("--model-prefix", required=True)
     c.add_argument("--vocab-size", type=int, default=32000)
@@ -421,7 +417,6 @@ def get_parser() -> argparse.ArgumentParser:
     c.add_argument("--input-sentence-size", type=int, default=10000000)
 
     c = command("spm-encode", cmd_spm_encode, "split tokenized text into sentencepiece pieces")
-    files(c)
     c.add_argument("--model", required=True)
     c.add_argument("--workers", type=int, default=1)
     return p
