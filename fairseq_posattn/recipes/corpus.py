@@ -15,7 +15,6 @@ import itertools
 import os
 import re
 import sys
-from collections import OrderedDict
 from multiprocessing import Pool
 from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
@@ -40,11 +39,7 @@ def read_lines(path: str) -> List[str]:
 
 def chunks(items: Iterable, size: int) -> Iterator[list]:
     it = iter(items)
-    while True:
-        block = list(itertools.islice(it, size))
-        if not block:
-            return
-        yield block
+    return iter(lambda: list(itertools.islice(it, size)), [])
 
 
 # ---------------------------------------------------------------------------
@@ -213,7 +208,7 @@ def _attributes(text: str) -> Dict[str, str]:
             for m in _ATTR.finditer(text)}
 
 
-def read_sgm(path: str, by_sysid: bool = True) -> "OrderedDict[str, OrderedDict[SegKey, str]]":
+def read_sgm(path: str, by_sysid: bool = True) -> Dict[str, Dict[SegKey, str]]:
     """The segments of an SGML file keyed by (docid, seg id), grouped by
     ``sysid`` (in the order of first appearance; one group without
     ``by_sysid``).  Text is kept as written, whitespace collapsed (as
@@ -224,7 +219,7 @@ def read_sgm(path: str, by_sysid: bool = True) -> "OrderedDict[str, OrderedDict[
     except UnicodeDecodeError as exc:
         raise CorpusError("%s is not UTF-8 (%s); convert it first, e.g. iconv -f GB18030 "
                           "-t UTF-8 for older NIST sets" % (path, exc)) from None
-    systems: "OrderedDict[str, OrderedDict[SegKey, str]]" = OrderedDict()
+    systems: Dict[str, Dict[SegKey, str]] = {}
     docs = list(_DOC.finditer(content))
     if not docs:
         raise CorpusError("%s: no <doc ...>...</doc> element; is it an SGML test set?" % path)
@@ -233,7 +228,7 @@ def read_sgm(path: str, by_sysid: bool = True) -> "OrderedDict[str, OrderedDict[
         line = content.count("\n", 0, doc.start()) + 1
         if "docid" not in attrs:
             raise CorpusError("%s, line %d: <doc> without a docid attribute" % (path, line))
-        segments = systems.setdefault(attrs.get("sysid", "") if by_sysid else "", OrderedDict())
+        segments = systems.setdefault(attrs.get("sysid", "") if by_sysid else "", {})
         for seg in _SEG.finditer(doc.group(2)):
             seg_id = _attributes(seg.group(1)).get("id")
             key = (attrs["docid"], seg_id)
