@@ -105,28 +105,28 @@ def _fmt(value: Optional[float]) -> str:
     return "–" if value is None else f"{value:.2f}"
 
 
+def _row(*cells: str) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
 def markdown(args, data: Dict[str, object]) -> str:
     rows, bleu, runs, tests = data["rows"], data["bleu"], data["runs"], data["tests"]
-    seeds = args.seeds
+    seeds = [f"seed {s}" for s in args.seeds]
     lines = [f"sacreBLEU (detokenized hypotheses against the raw references; "
              f"{data['signature']}); mean ± sample standard deviation over the seeds "
              f"that have hypotheses; – = not run.", ""]
     for set_name in args.sets:
-        lines += [f"**{set_name}**", "",
-                  "| row | run | params | min/run | " + " | ".join(f"seed {s}" for s in seeds)
-                  + " | mean ± std |",
+        lines += [f"**{set_name}**", "", _row("row", "run", "params", "min/run", *seeds, "mean ± std"),
                   "|---|---|---:|---:|" + "---:|" * len(seeds) + "---:|"]
         for label, name in rows.items():
-            scores = [bleu.get((label, s, set_name)) for s in seeds]
-            summaries = [runs[label, s] for s in seeds if (label, s) in runs]
+            scores = [bleu.get((label, s, set_name)) for s in args.seeds]
+            summaries = [runs[label, s] for s in args.seeds if (label, s) in runs]
             params = {r.get("parameters") for r in summaries} - {None}
             minutes = [r["wall_seconds"] / 60 for r in summaries if r.get("wall_seconds")]
-            lines.append(
-                f"| {label} | `{name}` | "
-                + (f"{params.pop() / 1e6:.2f}M" if len(params) == 1 else "–") + " | "
-                + (f"{statistics.fmean(minutes):.0f}" if minutes else "–") + " | "
-                + " | ".join(_fmt(s) for s in scores) + " | "
-                + format_mean_std([s for s in scores if s is not None]) + " |")
+            lines.append(_row(label, f"`{name}`",
+                              f"{params.pop() / 1e6:.2f}M" if len(params) == 1 else "–",
+                              f"{statistics.fmean(minutes):.0f}" if minutes else "–",
+                              *map(_fmt, scores), format_mean_std([s for s in scores if s is not None])))
         lines.append("")
     if args.difference:
         lines += [f"Differences X − Y per seed, with sacreBLEU's paired "
@@ -134,24 +134,21 @@ def markdown(args, data: Dict[str, object]) -> str:
                   f" p-value of X against Y in brackets; the mean ± std of the per-seed "
                   f"differences; and the seed std of each of the two rows, the variation "
                   f"between seeds that a difference must exceed to mean something.", "",
-                  "| difference | set | " + " | ".join(f"seed {s}" for s in seeds)
-                  + " | mean ± std | seed std (X, Y) |",
+                  _row("difference", "set", *seeds, "mean ± std", "seed std (X, Y)"),
                   "|---|---|" + "---:|" * len(seeds) + "---:|---:|"]
         for x, y in args.difference:
             for set_name in args.sets:
                 diffs, cells = [], []
-                for s in seeds:
+                for s in args.seeds:
                     if (x, s, set_name) in bleu and (y, s, set_name) in bleu:
-                        d = bleu[x, s, set_name] - bleu[y, s, set_name]
-                        diffs.append(d)
-                        cells.append(f"{d:+.2f} (p = {tests[x, y, s, set_name]:.3f})")
+                        diffs.append(bleu[x, s, set_name] - bleu[y, s, set_name])
+                        cells.append(f"{diffs[-1]:+.2f} (p = {tests[x, y, s, set_name]:.3f})")
                     else:
                         cells.append("–")
-                spread = [mean_std([bleu[r, s, set_name] for s in seeds
+                spread = [mean_std([bleu[r, s, set_name] for s in args.seeds
                                     if (r, s, set_name) in bleu])[1] for r in (x, y)]
-                lines.append(f"| {x} − {y} | {set_name} | " + " | ".join(cells) + " | "
-                             + format_mean_std(diffs, sign=True) + " | "
-                             + ", ".join(_fmt(v) for v in spread) + " |")
+                lines.append(_row(f"{x} − {y}", set_name, *cells, format_mean_std(diffs, sign=True),
+                                  ", ".join(_fmt(v) for v in spread)))
         lines.append("")
     return "\n".join(lines)
 

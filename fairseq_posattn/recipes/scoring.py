@@ -116,13 +116,12 @@ def cmd_score(args) -> None:
     result["name"] = args.name
     print("%s: %d sentences, %d reference(s)" % (args.name, result["sentences"],
                                                  len(args.references)))
-    print("%s: sacreBLEU (detokenized, against the raw references): %s"
-          % (args.name, result["sacrebleu"]["text"]))
-    print("%s:   signature: %s" % (args.name, result["sacrebleu"]["signature"]))
-    if args.compound_split:
-        print("%s: tokenized compound-split BLEU (papers' style, get_ende_bleu.sh): %s"
-              % (args.name, result["compound_split"]["text"]))
-        print("%s:   signature: %s" % (args.name, result["compound_split"]["signature"]))
+    for key, what in (("sacrebleu", "sacreBLEU (detokenized, against the raw references)"),
+                      ("compound_split", "tokenized compound-split BLEU (papers' style, "
+                                         "get_ende_bleu.sh)")):
+        if key in result:
+            print(f"{args.name}: {what}: {result[key]['text']}")
+            print(f"{args.name}:   signature: {result[key]['signature']}")
     if args.json_out:
         with atomic_output(args.json_out) as out:
             json.dump(result, out, indent=1)
