@@ -60,16 +60,14 @@ def markdown_table(results: Dict[str, List[Counts]], train_max: int) -> str:
         "| operators | examples | " + " | ".join(names) + " |",
         "|---:|---:|" + "---:|" * len(names),
     ]
-    for k in OPERATORS:
-        cells = [cell(results[n], [k]) for n in names]
-        lines.append(f"| {k} | {first[k][1]} | " + " | ".join(cells) + " |")
-    for label, group in ((f"1-{train_max} (seen)", range(1, train_max + 1)),
-                         (f"{train_max + 1}-12 (unseen)", range(train_max + 1, 13))):
+    groups = [(str(k), [k]) for k in OPERATORS] + [
+        (f"1-{train_max} (seen)", range(1, train_max + 1)),
+        (f"{train_max + 1}-12 (unseen)", range(train_max + 1, 13))]
+    for label, group in groups:
         group = [k for k in group if k in first]
         if group:
             cells = [cell(results[n], group) for n in names]
-            examples = sum(first[k][1] for k in group)
-            lines.append(f"| {label} | {examples} | " + " | ".join(cells) + " |")
+            lines.append(f"| {label} | {sum(first[k][1] for k in group)} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

@@ -126,16 +126,11 @@ class UDPipeSegmenter:
         tokenizer.setText(line)
         sentence, error, tokens = udpipe.Sentence(), udpipe.ProcessingError(), []
         while tokenizer.nextSentence(sentence, error):
-            # a multiword token is one surface token over several words
-            spans = {m.idFirst: m for m in sentence.multiwordTokens}
-            i, words = 1, sentence.words
-            while i < len(words):
-                if i in spans:
-                    tokens.append(spans[i].form)
-                    i = spans[i].idLast + 1
-                else:
-                    tokens.append(words[i].form)
-                    i += 1
+            # a multiword token is one surface token over several words (word 0 is the root)
+            multiword = {m.idFirst: m for m in sentence.multiwordTokens}
+            inside = {i for m in multiword.values() for i in range(m.idFirst + 1, m.idLast + 1)}
+            tokens += [multiword[i].form if i in multiword else word.form
+                       for i, word in enumerate(sentence.words) if 0 < i and i not in inside]
             sentence = udpipe.Sentence()
         if error.occurred():
             raise CorpusError("UDPipe tokenizer failed: %s" % error.message)
