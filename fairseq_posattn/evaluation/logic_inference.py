@@ -9,8 +9,6 @@ the operator counts seen and not seen in training); ``--plot`` draws the figure:
 
 Checkpoints under one name are seeds of one model: its cells are their mean,
 then each seed's accuracy; its line is the mean with the seeds' range shaded.
-``--counts-out`` saves every checkpoint's correct/total counts; ``--counts``
-remakes the table and figure from such files, without the checkpoints.
 """
 
 import argparse

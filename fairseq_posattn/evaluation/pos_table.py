@@ -33,7 +33,7 @@ PAPER_TABLE_2D = {
     "UD_Vietnamese-VTB": {"pe_add": 84.42, "pr": 84.77, "temp": 84.78,
                           "conv1d": 86.29, "conv2d": 86.52},
 }
-METRICS = [("accuracy", "all"), ("oov_accuracy", "OOV"), ("ambiguous_accuracy", "ambiguous")]
+METRICS = ("accuracy", "oov_accuracy", "ambiguous_accuracy")  # the columns all, OOV, ambiguous
 
 
 def load_runs(directory: Path):
@@ -87,7 +87,7 @@ def treebank_table(directory: Path, results, trainings) -> str:
              "|---|---:|---:|---:|---:|---:|---:|"]
     for variant in variants:
         runs = results[variant]
-        all_words, *others = [format_mean_std([run[key] for run in runs]) for key, _ in METRICS]
+        all_words, *others = [format_mean_std([run[key] for run in runs]) for key in METRICS]
         reference = f"{paper[variant]:.2f}" if variant in paper else ""
         epochs = ", ".join(str(t["epochs"]) for t in trainings.get(variant, []))
         lines.append(f"| {LABELS.get(variant, variant)} | {len(runs)} | {all_words} | "

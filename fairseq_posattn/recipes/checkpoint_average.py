@@ -1,17 +1,11 @@
 """Average the parameters of the last checkpoints (Vaswani et al. 2017, Sec. 6.1:
 the last 5 checkpoints for base models, the last 20 for big ones).
 
-    fairseq-posattn-average-checkpoints \\
-        --inputs checkpoints/transformer --num-checkpoints 5 \\
-        --output checkpoints/transformer/checkpoint_avg5.pt
+    fairseq-posattn-average-checkpoints --inputs DIR --num-checkpoints 5 --output avg.pt
 
-pip-installed fairseq lacks ``scripts/average_checkpoints.py``.  The last
-checkpoints of a directory are taken in training order from both kinds
-fairseq-train writes (``checkpoint_<epoch>_<update>.pt``, ``checkpoint<epoch>.pt``),
-and ``checkpoint_last.pt`` when it is newer: a run stopped between two numbered
-checkpoints leaves its final weights only there.  The output is the newest
-input with every model tensor replaced by the mean over the inputs (in
-float64, stored in the input's dtype); integer tensors must be equal.
+pip-installed fairseq lacks ``scripts/average_checkpoints.py``.  Which
+checkpoints are the last, ``checkpoint_last.pt`` included when it is newer, and
+how they are averaged: docs/recipes.md ("Averaging").
 """
 
 import argparse
@@ -82,7 +76,8 @@ def last_checkpoints(directory: str, n: int) -> List[str]:
 
 
 def average_model_states(states: Sequence[dict], names: Sequence[str]) -> "OrderedDict":
-    """Element-wise mean of the ``model`` entries of ``states``."""
+    """Element-wise mean of the ``model`` entries of ``states`` (float64, stored in each
+    tensor's dtype); integer tensors must be equal in all."""
     first = states[0]["model"]
     averaged = OrderedDict()
     for name, state in zip(names[1:], states[1:]):
