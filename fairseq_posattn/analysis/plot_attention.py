@@ -22,6 +22,7 @@ import numpy as np  # noqa: E402
 from matplotlib.patches import Arc  # noqa: E402
 
 from fairseq_posattn.analysis.attention_maps import sentence_attention  # noqa: E402
+from fairseq_posattn.recipes.corpus import read_lines  # noqa: E402
 from fairseq_posattn.analysis.source import (  # noqa: E402
     CheckpointEncoder,
     add_source_args,
@@ -119,11 +120,7 @@ def main(argv=None) -> np.ndarray:
 
 
 def plot(args) -> np.ndarray:
-    if args.input:
-        with open(args.input, encoding="utf-8") as f:
-            lines, source = f.read().splitlines(), args.input
-    else:
-        lines, source = [args.sentence], "--sentence"
+    lines, source = (read_lines(args.input), args.input) if args.input else ([args.sentence], "--sentence")
     if not 1 <= args.line <= len(lines):
         raise ValueError(f"--line {args.line}: {source} has {len(lines)} lines")
     runner = CheckpointEncoder(args)
