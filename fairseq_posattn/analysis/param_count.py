@@ -18,15 +18,10 @@ EMBEDDING_PARTS = ("embed_tokens", "output_projection")
 
 def count(model) -> dict:
     """Unique parameters of each part (a tensor shared by two parts counts in the first)."""
-    seen, parts = set(), {"embeddings": 0, "encoder": 0, "decoder": 0}
-    for name, param in model.named_parameters(remove_duplicate=False):
-        if id(param) in seen:
-            continue
-        seen.add(id(param))
-        if any(part in name for part in EMBEDDING_PARTS):
-            parts["embeddings"] += param.numel()
-        else:
-            parts[name.split(".", 1)[0]] += param.numel()
+    parts = {"embeddings": 0, "encoder": 0, "decoder": 0}
+    for name, param in model.named_parameters():  # a shared tensor once, under its first name
+        embedding = any(part in name for part in EMBEDDING_PARTS)
+        parts["embeddings" if embedding else name.split(".", 1)[0]] += param.numel()
     parts["total"] = sum(parts.values())
     return parts
 

@@ -2,12 +2,10 @@
 for probing classifiers (Hao et al. 2019, Table 3: ``H_O``, ``H_S`` and
 "Final"; Wang et al. 2019, Table 3: the encoder output).
 
-    fairseq-posattn-dump-states sentences.txt --path checkpoints/checkpoint_best.pt \\
-        --bpe subword_nmt --bpe-codes bpe/codes --out states.npz
+    fairseq-posattn-dump-states sentences.txt --path checkpoints/checkpoint_best.pt --out states.npz
 
-The ``.npz`` holds, row i = line i, ``recurrent`` (the last (ON-)LSTM layer),
-``san`` (the last self-attention layer), ``final`` (the encoder output, after
-the short-cut sum of Hao et al.'s Eq. 10) and ``num_pieces`` (docs/evaluations.md).
+The ``.npz`` holds ``recurrent``, ``san``, ``final`` (after the short-cut sum of
+Hao et al.'s Eq. 10) and ``num_pieces``, row i = line i (docs/evaluations.md).
 Each vector is the mean over the sentence's pieces: never the pads, and the
 appended EOS only with ``--include-eos``.
 """
