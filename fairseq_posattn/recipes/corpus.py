@@ -1,13 +1,10 @@
 """Text preparation for the recipes: raw parallel text to the tokenized words
 that are parsed, split into subwords and binarized.
 
-Commands (``fairseq-posattn-corpus COMMAND --help``): ``tokenize`` (Moses
-normalization and tokenizer, without XML escaping, so that the tokens are the
-words the parser sees), ``detokenize``, ``segment`` (Chinese words: stanza or
-UDPipe), ``clean`` (the pairs that Moses' ``clean-corpus-n.perl`` keeps),
-``sgm`` (NIST/WMT SGML test sets, aligned by document and segment id),
-``spm-train`` and ``spm-encode`` (sentencepiece).  Every output is written to
-a temporary file and renamed when complete.
+``fairseq-posattn-corpus COMMAND --help`` lists the commands.  Moses
+tokenization does no XML escaping and sentencepiece no normalization, so that
+the tokens and pieces spell the words the parser sees.  Every output is written
+to a temporary file and renamed when complete.
 """
 
 import argparse

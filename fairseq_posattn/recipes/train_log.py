@@ -2,15 +2,11 @@
 a short summary of a run (updates, wall time, parameters, validation loss per
 epoch) for the record that goes beside a run's hypotheses.
 
-    fairseq-posattn-train-log --log train.log [--settings settings.txt] \
+    fairseq-posattn-train-log --log train.log [--settings settings.txt] \\
         [--out summary.json]
 
-Lines other than fairseq's ``<time> | <LEVEL> | <tag> | {json}`` records are
-skipped; so is, with a warning, a record cut while it was written.  Validation
-records lack fairseq's ``wall`` meter (seconds of training, kept across
-resumed runs): a validation's is that of the next training record (else the
-previous), shifted by the difference of the two lines' timestamps.  A run's
-wall time sums the time from each ``[recipe] fairseq-train started <time>``
+Which lines count and how a validation gets its wall time: docs/plots.md.  A
+run's wall time sums the time from each ``[recipe] fairseq-train started <time>``
 marker to the last timestamp before the next one, so a run killed and resumed
 is counted once, without the time it was not running.
 """
@@ -91,7 +87,7 @@ def parse_log(lines: Sequence[str], name: str, subset: str = "valid") -> List[Va
             if key.startswith(prefix) and value is not None
         }
         del metrics["num_updates"]
-        wall = metrics.pop("wall", None)  # not logged by fairseq 0.12; see the module doc
+        wall = metrics.pop("wall", None)  # not logged by fairseq 0.12: from the training records below
         epoch = _number(stats.get("epoch"))
         validations.append(Validation(number, int(updates), metrics, time, wall,
                                       None if epoch is None else int(epoch)))
