@@ -1,16 +1,8 @@
-"""The attention probabilities of an encoder's self-attention layers.
-
-:class:`~fairseq_posattn.modules.attention.PositionAwareSelfAttention`
-returns its per-head probabilities (after the probability terms, before
-dropout) when its ``expose_weights`` is set; :func:`recorded_attention` sets
-it on every layer of an encoder and collects them with forward hooks.  The
-layers' outputs stay what they compute without it (the explicit path
-instead of the fused kernel: equal up to rounding).
-
-The encoder runs its layers on a right-padded batch
-(:mod:`fairseq_posattn.modules.attention_context`), so in every map rows
-and columns are true token positions: ``[b, :, :n, :n]`` is the block of
-sentence ``b`` of ``n`` tokens (EOS included), whatever fairseq's padding side.
+"""The attention probabilities of an encoder's self-attention layers
+(docs/plots.md), recorded with forward hooks while every layer's
+``expose_weights`` is set.  The encoder right-pads internally, so in every map
+``[b, :, :n, :n]`` is the block of sentence ``b`` of ``n`` tokens (EOS
+included), whatever fairseq's padding side.
 """
 
 from contextlib import contextmanager

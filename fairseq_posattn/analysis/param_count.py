@@ -1,13 +1,9 @@
 """Parameter count of any architecture, split into embeddings / encoder / decoder.
 
-    fairseq-posattn-param-count --arch onlstm_san_transformer --vocab 40000
     fairseq-posattn-param-count --arch transformer --vocab 32000 --share-all-embeddings
-    fairseq-posattn-param-count --arch transformer_struct --vocab 32000 --target-vocab 30000
 
-Every argument after ``--vocab``/``--target-vocab`` is a fairseq-train
-argument (``--encoder-layers 4``, ``--share-decoder-input-output-embed``, ...);
-the model is built through fairseq's own argument parsing with dictionaries
-of the given sizes, so the figures are those of a real training run.
+Every other argument is a fairseq-train argument; the model is built through
+fairseq's own argument parsing with dictionaries of the given sizes.
 Embeddings are the token embeddings and the decoder's output projection
 (shared tensors counted once); encoder and decoder are everything else.
 """
@@ -22,15 +18,10 @@ EMBEDDING_PARTS = ("embed_tokens", "output_projection")
 
 def count(model) -> dict:
     """Unique parameters of each part (a tensor shared by two parts counts in the first)."""
-    seen, parts = set(), {"embeddings": 0, "encoder": 0, "decoder": 0}
-    for name, param in model.named_parameters(remove_duplicate=False):
-        if id(param) in seen:
-            continue
-        seen.add(id(param))
-        if any(part in name for part in EMBEDDING_PARTS):
-            parts["embeddings"] += param.numel()
-        else:
-            parts[name.split(".", 1)[0]] += param.numel()
+    parts = {"embeddings": 0, "encoder": 0, "decoder": 0}
+    for name, param in model.named_parameters():  # a shared tensor once, under its first name
+        embedding = any(part in name for part in EMBEDDING_PARTS)
+        parts["embeddings" if embedding else name.split(".", 1)[0]] += param.numel()
     parts["total"] = sum(parts.values())
     return parts
 

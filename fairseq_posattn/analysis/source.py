@@ -118,7 +118,6 @@ class CheckpointEncoder:
         )
         attention_cfg = getattr(self.encoder, "attention_cfg", None)
         self.uses_trees = attention_cfg is not None and attention_cfg.uses_structure()
-        self._parser = None
 
     @staticmethod
     def _build_bpe(args):
@@ -177,7 +176,9 @@ class CheckpointEncoder:
             texts = [" ".join(s.words) for s in sentences]
             trees = list(read_conllu(self.args.conllu, texts=texts))
         elif self.args.parser:
-            trees = self.parser().parse([s.words for s in sentences])
+            parser = build_parser(self.args.parser, model=self.args.parser_model,
+                                  lang=self.args.parser_lang, stanza_dir=self.args.stanza_dir)
+            trees = parser.parse([s.words for s in sentences])
         else:
             raise ValueError(
                 f"the encoder of {self.args.path} uses dependency trees: pass --conllu FILE "
@@ -185,14 +186,6 @@ class CheckpointEncoder:
             )
         for sentence, tree in zip(sentences, trees):
             sentence.tree = tree
-
-    def parser(self):
-        if self._parser is None:
-            self._parser = build_parser(
-                self.args.parser, model=self.args.parser_model, lang=self.args.parser_lang,
-                stanza_dir=self.args.stanza_dir,
-            )
-        return self._parser
 
     # ------------------------------------------------------------------
     # sentences -> encoder

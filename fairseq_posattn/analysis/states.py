@@ -2,38 +2,23 @@
 for probing classifiers (Hao et al. 2019, Table 3: ``H_O``, ``H_S`` and
 "Final"; Wang et al. 2019, Table 3: the encoder output).
 
-    fairseq-posattn-dump-states sentences.txt --path checkpoints/checkpoint_best.pt \\
-        --bpe subword_nmt --bpe-codes bpe/codes --out states.npz
+    fairseq-posattn-dump-states sentences.txt --path checkpoints/checkpoint_best.pt --out states.npz
 
-The output ``.npz`` holds, for N input lines (row i = line i):
-
-* ``recurrent`` ``[N, C]``: the output of the last (ON-)LSTM layer (archs with
-  a recurrent part only);
-* ``san`` ``[N, C]``: the output of the last self-attention layer (archs with
-  self-attention layers only);
-* ``final`` ``[N, C]``: the encoder output the decoder attends to (after the
-  short-cut sum of Hao et al.'s Eq. 10 and the final layer norm, if any);
-* ``num_pieces`` ``[N]``: the number of source pieces of each line.
-
-Each vector is the mean of the states over the sentence's pieces: pads are
-never counted, and the appended EOS only with ``--include-eos``.  The vectors
-do not depend on the batch size or on the padding (float32; the model runs
-in evaluation mode).
+The ``.npz`` holds ``recurrent``, ``san``, ``final`` (after the short-cut sum of
+Hao et al.'s Eq. 10) and ``num_pieces``, row i = line i (docs/evaluations.md).
+Each vector is the mean over the sentence's pieces: never the pads, and the
+appended EOS only with ``--include-eos``.
 """
 
 import argparse
-from typing import Dict, List, Sequence
+from typing import Dict, Sequence
 
 import numpy as np
 from torch import Tensor
 from tqdm import tqdm
 
-from .source import (
-    CheckpointEncoder,
-    SourceSentence,
-    add_source_args,
-    run_command,
-)
+from ..recipes.corpus import read_lines
+from .source import CheckpointEncoder, SourceSentence, add_source_args, run_command
 
 PARTS = ("recurrent", "san", "final")
 # the encoder's stacks (PositionAwareEncoder._stack_order) -> their part
@@ -88,11 +73,6 @@ def sentence_vectors(runner: CheckpointEncoder, sentences: Sequence[SourceSenten
             vectors[name][rows] = pooled.cpu().numpy()
     vectors["num_pieces"] = np.array([len(s.pieces) for s in sentences], dtype=np.int64)
     return vectors
-
-
-def read_lines(path: str) -> List[str]:
-    with open(path, encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f]
 
 
 def add_dump_args(parser) -> None:

@@ -1,21 +1,14 @@
 """Accuracy by number of logical operators (Hao et al. 2019, Fig. 1).
 
-Evaluates ``logic_inference`` checkpoints on ``test1`` ... ``test12``, prints
-a Markdown table (one column per model, plus example-weighted means over the
-operator counts seen and not seen in training) and draws the figure::
+Evaluates ``logic_inference`` checkpoints on ``test1`` ... ``test12`` and
+prints a Markdown table (a column per model, plus example-weighted means over
+the operator counts seen and not seen in training); ``--plot`` draws the figure::
 
-    fairseq-posattn-logic-report DATA \\
-        --checkpoint SAN=ckpt/san.seed1/checkpoint_best.pt \\
-        --checkpoint SAN=ckpt/san.seed2/checkpoint_best.pt \\
-        --checkpoint Hybrid=ckpt/hybrid.seed1/checkpoint_best.pt --plot fig1.png \\
-        --counts-out counts.json
+    fairseq-posattn-logic-report DATA --checkpoint SAN=ckpt/san.seed1/checkpoint_best.pt \\
+        --checkpoint SAN=ckpt/san.seed2/checkpoint_best.pt --plot fig1.png
 
-Checkpoints given under one name are seeds of one model: its cells are the
-mean over them, followed by each seed's accuracy, and its line in the figure
-is the mean with the range of the seeds shaded.  ``--counts-out`` saves the
-correct/total counts of every checkpoint; ``--counts`` remakes the table and
-figure from one or more such files, without the checkpoints (the recipe saves
-one file per run and makes the table from all of them).
+Checkpoints under one name are seeds of one model: its cells are their mean,
+then each seed's accuracy; its line is the mean with the seeds' range shaded.
 """
 
 import argparse
@@ -65,26 +58,21 @@ def markdown_table(results: Dict[str, List[Counts]], train_max: int) -> str:
         "| operators | examples | " + " | ".join(names) + " |",
         "|---:|---:|" + "---:|" * len(names),
     ]
-    for k in OPERATORS:
-        cells = [cell(results[n], [k]) for n in names]
-        lines.append(f"| {k} | {first[k][1]} | " + " | ".join(cells) + " |")
-    for label, group in ((f"1-{train_max} (seen)", range(1, train_max + 1)),
-                         (f"{train_max + 1}-12 (unseen)", range(train_max + 1, 13))):
+    groups = [(str(k), [k]) for k in OPERATORS] + [
+        (f"1-{train_max} (seen)", range(1, train_max + 1)),
+        (f"{train_max + 1}-12 (unseen)", range(train_max + 1, 13))]
+    for label, group in groups:
         group = [k for k in group if k in first]
         if group:
             cells = [cell(results[n], group) for n in names]
-            examples = sum(first[k][1] for k in group)
-            lines.append(f"| {label} | {examples} | " + " | ".join(cells) + " |")
+            lines.append(f"| {label} | {sum(first[k][1] for k in group)} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def plot(results: Dict[str, List[Counts]], train_max: int, path: str) -> None:
     """Accuracy against the number of operators, one line per model (the
     mean over its seeds, their range shaded)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from ..analysis.plot_curves import label_panel, plt
 
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
     xs = list(OPERATORS)
@@ -100,10 +88,7 @@ def plot(results: Dict[str, List[Counts]], train_max: int, path: str) -> None:
     ax.text(train_max + 0.6, 0.02, f"trained on <= {train_max}", transform=ax.get_xaxis_transform(),
             color="grey", fontsize=8)
     ax.set_xticks(xs)
-    ax.set_xlabel("number of logical operators")
-    ax.set_ylabel("accuracy (%)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    label_panel(ax, "", "number of logical operators", "accuracy (%)", "no model", legend_size=8)
     fig.tight_layout()
     fig.savefig(path, dpi=150)
     plt.close(fig)
@@ -116,20 +101,26 @@ def parse_checkpoint(spec: str):
     return name, path
 
 
+def one_train_max(train_max: Dict[str, int]) -> int:
+    """The ``--max-train-operators`` of every run (``{checkpoint or counts file: value}``)."""
+    if len(set(train_max.values())) != 1:
+        raise SystemExit(
+            "the runs were trained with different --max-train-operators ("
+            + ", ".join(f"{path}: {k}" for path, k in train_max.items())
+            + "); compare models trained on the same files"
+        )
+    return next(iter(train_max.values()))
+
+
 def evaluate(data: str, checkpoints, batch_size: int) -> Dict[str, object]:
     """``{"train_max": k, "models": {name: [{"path": p, "counts": Counts}, ...]}}``."""
-    models, train_max = {}, set()
+    models, train_max = {}, {}
     for name, path in checkpoints:
         model, task = load_classifier(path, data=data)
-        train_max.add(task.cfg.max_train_operators)
+        train_max[path] = task.cfg.max_train_operators
         models.setdefault(name, []).append(
             {"path": path, "counts": accuracy_by_operators(model, task, batch_size)})
-    if len(train_max) != 1:
-        raise SystemExit(
-            f"the checkpoints were trained with different --max-train-operators "
-            f"({sorted(train_max)}); compare models trained on the same files"
-        )
-    return {"train_max": train_max.pop(), "models": models}
+    return {"train_max": one_train_max(train_max), "models": models}
 
 
 def load_counts(paths: Sequence[str]) -> Dict[str, object]:
@@ -144,13 +135,7 @@ def load_counts(paths: Sequence[str]) -> Dict[str, object]:
             for run in runs:  # JSON keys are strings
                 run["counts"] = {int(k): v for k, v in run["counts"].items()}
             models.setdefault(name, []).extend(runs)
-    if len(set(train_max.values())) != 1:
-        raise SystemExit(
-            "the counts come from models trained with different --max-train-operators ("
-            + ", ".join(f"{path}: {k}" for path, k in train_max.items())
-            + "); compare models trained on the same files"
-        )
-    return {"train_max": next(iter(train_max.values())), "models": models}
+    return {"train_max": one_train_max(train_max), "models": models}
 
 
 def cli_main(argv=None):

@@ -4,14 +4,10 @@ examples/pos_tagging/run.sh wrote: an overview of the accuracy on all words
 
     fairseq-posattn-pos-table examples/pos_tagging/work [--figure curves.png]
 
-reads ``WORK/<treebank>/<variant>/seed<N>/test.json`` (written by
-``fairseq-posattn-pos-score --json``) and, where the recipe wrote it beside,
-``train.json`` (the epochs each run trained and the commit that trained it).
-The standard deviation is the sample one (n - 1); a single seed shows none.
-Beside the accuracy on all words stands Dufter et al.'s (2020) Table 2d value
-for the treebanks of the recipe.  ``--figure`` draws the development accuracy
-after every epoch against updates from the ``train.json`` files (as in the
-paper's Figure 2): a panel per treebank, a colour per variant, a line per seed.
+It reads ``WORK/<treebank>/<variant>/seed<N>/test.json`` and, where the recipe
+wrote it, ``train.json`` beside it (docs/evaluations.md); Dufter et al.'s
+(2020) Table 2d values stand beside ours.  ``--figure`` draws the development
+accuracy per epoch against updates, as in the paper's Figure 2.
 """
 
 import argparse
@@ -37,7 +33,7 @@ PAPER_TABLE_2D = {
     "UD_Vietnamese-VTB": {"pe_add": 84.42, "pr": 84.77, "temp": 84.78,
                           "conv1d": 86.29, "conv2d": 86.52},
 }
-METRICS = [("accuracy", "all"), ("oov_accuracy", "OOV"), ("ambiguous_accuracy", "ambiguous")]
+METRICS = ("accuracy", "oov_accuracy", "ambiguous_accuracy")  # the columns all, OOV, ambiguous
 
 
 def load_runs(directory: Path):
@@ -91,7 +87,7 @@ def treebank_table(directory: Path, results, trainings) -> str:
              "|---|---:|---:|---:|---:|---:|---:|"]
     for variant in variants:
         runs = results[variant]
-        all_words, *others = [format_mean_std([run[key] for run in runs]) for key, _ in METRICS]
+        all_words, *others = [format_mean_std([run[key] for run in runs]) for key in METRICS]
         reference = f"{paper[variant]:.2f}" if variant in paper else ""
         epochs = ", ".join(str(t["epochs"]) for t in trainings.get(variant, []))
         lines.append(f"| {LABELS.get(variant, variant)} | {len(runs)} | {all_words} | "

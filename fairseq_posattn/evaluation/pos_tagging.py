@@ -15,10 +15,9 @@ import logging
 from typing import Dict, List, Tuple
 
 import torch
-from fairseq import utils
 
 from ..metrics import COUNTS, tagging_accuracies, tagging_counts
-from .predict import load_classifier
+from .predict import batches, load_classifier
 
 
 @torch.no_grad()
@@ -26,18 +25,10 @@ def tag_split(model, task, split: str, batch_size: int = 64
               ) -> Tuple[Dict[str, int], List[List[str]]]:
     """Word counts (see :func:`tagging_counts`) and the predicted tags of every
     sentence of ``split``, in file order."""
-    task.load_dataset(split)
-    dataset = task.dataset(split)
-    batches = task.get_batch_iterator(
-        dataset, max_sentences=batch_size, max_positions=model.max_positions(),
-        ignore_invalid_inputs=False,
-    ).next_epoch_itr(shuffle=False)
+    dataset, samples = batches(model, task, split, batch_size)
     counts = dict.fromkeys(COUNTS, 0)
     pieces = {}
-    use_cuda = next(model.parameters()).is_cuda
-    for sample in batches:
-        if use_cuda:
-            sample = utils.move_to_cuda(sample)
+    for sample in samples:
         predicted = model(**sample["net_input"]).argmax(dim=-1)
         for key, value in tagging_counts(predicted, sample["target"], sample["word_class"]).items():
             counts[key] += value

@@ -18,24 +18,27 @@ def load_classifier(path: str, data: Optional[str] = None):
     return model, task
 
 
+def batches(model, task, split: str, batch_size: int):
+    """The dataset of ``split`` and its batches (not shuffled) on the model's
+    device; an example too long for the model is an error."""
+    task.load_dataset(split)
+    dataset = task.dataset(split)
+    iterator = task.get_batch_iterator(
+        dataset, max_sentences=batch_size, max_positions=model.max_positions(),
+        ignore_invalid_inputs=False,
+    ).next_epoch_itr(shuffle=False)
+    use_cuda = next(model.parameters()).is_cuda
+    return dataset, (utils.move_to_cuda(sample) if use_cuda else sample for sample in iterator)
+
+
 @torch.no_grad()
 def predict(model, task, split: str, batch_size: int = 256) -> Tuple[np.ndarray, np.ndarray]:
     """``(predicted classes, gold classes)`` of every example of ``split``,
     indexed like the split's file(s)."""
-    task.load_dataset(split)
-    dataset = task.dataset(split)
-    batches = task.get_batch_iterator(
-        dataset,
-        max_sentences=batch_size,
-        max_positions=model.max_positions(),
-        ignore_invalid_inputs=False,  # an example too long for the model is an error
-    ).next_epoch_itr(shuffle=False)
+    dataset, samples = batches(model, task, split, batch_size)
     predicted = np.full(len(dataset), -1, dtype=np.int64)
     gold = np.full(len(dataset), -1, dtype=np.int64)
-    use_cuda = next(model.parameters()).is_cuda
-    for sample in batches:
-        if use_cuda:
-            sample = utils.move_to_cuda(sample)
+    for sample in samples:
         logits, _ = model(**sample["net_input"])
         ids = sample["id"].cpu().numpy()
         predicted[ids] = logits.argmax(dim=-1).cpu().numpy()

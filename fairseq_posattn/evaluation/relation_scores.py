@@ -1,16 +1,11 @@
 """Score relation predictions: micro precision, recall and F1 without
 ``no_relation`` (:mod:`~fairseq_posattn.metrics`).
 
-From files (one label per line; the gold file may instead be a TACRED-format
-JSON, whose ``relation`` fields are read)::
-
     fairseq-posattn-relation-score --gold test.json --predictions pred.txt
-
-or from a checkpoint, predicting a split of the ``relation_classification``
-data directory first::
-
     fairseq-posattn-relation-score --checkpoint ckpt/checkpoint_best.pt \\
         --data DIR --split test --write-predictions pred.txt
+
+Labels are one per line, or the ``relation`` fields of a TACRED-format JSON.
 """
 
 import argparse
@@ -18,6 +13,7 @@ import json
 import logging
 
 from ..metrics import NO_RELATION, micro_scores, relation_counts
+from ..recipes.corpus import read_lines
 
 
 def read_labels(path: str):
@@ -29,8 +25,7 @@ def read_labels(path: str):
             if not isinstance(example, dict) or "relation" not in example:
                 raise ValueError(f"{path}, example {number}: no 'relation' field")
         return [example["relation"] for example in examples]
-    with open(path, encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f]
+    return read_lines(path)
 
 
 def checkpoint_labels(args):

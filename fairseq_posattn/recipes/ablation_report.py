@@ -3,23 +3,14 @@ mean ± standard deviation, the differences that matter with a paired test per
 seed, and a learning-curve figure per row.
 
     fairseq-posattn-ablation-report --results docs/results/multi30k \\
-        --references ../multi30k --lang de --sets val test_2016_flickr --seeds 1 2 3 \\
-        --row A=transformer --row B=transformer_posattn_relative_positions ... \\
-        --difference C-B --difference B-A ... \\
-        --markdown docs/results/multi30k/report.md --figure docs/figures/multi30k_seeds.png
+        --references ../multi30k --lang de --sets val --seeds 1 2 3 \\
+        --row A=transformer --row B=transformer_struct --difference B-A
 
-``--results`` holds, per run (``NAME.seedN``, as the recipes' ``EXPORT_DIR``
-writes them), the detokenized hypotheses ``NAME.seedN.SET.hyp`` and the
-training summary ``NAME.seedN.train.json``.  ``--references`` holds the raw
-references ``SET.LANG``.  Every score is sacreBLEU's on those two files, so
-anyone can re-score a committed hypothesis file.
-
-A difference ``X-Y`` is row X minus row Y, per seed (the same seed of both),
-with sacreBLEU's paired bootstrap resampling (Koehn 2004; ``--test bs``, 1000
-resamples) or paired approximate randomisation (Riezler & Maxwell 2005;
-``--test ar``, 10000 trials) for each seed, and the mean and standard
-deviation of the per-seed differences.  Rows and seeds without committed
-hypotheses are reported as missing, so a partial ablation can be reported.
+``--results`` holds each run's detokenized hypotheses ``NAME.seedN.SET.hyp``
+and training summary ``NAME.seedN.train.json`` (the recipes' ``EXPORT_DIR``);
+every score is sacreBLEU's against the raw references ``SET.LANG``.  The paired
+tests are sacreBLEU's bootstrap resampling (Koehn 2004) or approximate
+randomisation (Riezler & Maxwell 2005).  Missing runs are reported as missing.
 """
 
 import argparse
@@ -28,7 +19,6 @@ import logging
 import os
 import statistics
 import sys
-from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from sacrebleu.metrics import BLEU
@@ -42,17 +32,11 @@ class ReportError(ValueError):
     pass
 
 
-@dataclass
-class Row:
-    label: str
-    name: str
-
-
-def parse_row(text: str) -> Row:
+def parse_row(text: str) -> Tuple[str, str]:
     label, sep, name = text.partition("=")
     if not sep or not label or not name:
         raise argparse.ArgumentTypeError(f"--row {text!r}: give LABEL=NAME, e.g. A=transformer")
-    return Row(label, name)
+    return label, name
 
 
 def parse_difference(text: str) -> Tuple[str, str]:
@@ -62,28 +46,18 @@ def parse_difference(text: str) -> Tuple[str, str]:
     return x, y
 
 
-def run_file(results: str, name: str, seed: int, what: str) -> str:
-    return os.path.join(results, f"{name}.seed{seed}.{what}")
+def run_file(results: str, name: str, seed: int, what: str) -> Optional[str]:
+    """The path of a run's file, None when the run has none."""
+    path = os.path.join(results, f"{name}.seed{seed}.{what}")
+    return path if os.path.exists(path) else None
 
 
-def load_hypotheses(results: str, row: Row, seed: int, set_name: str,
-                    refs: Sequence[str]) -> Optional[List[str]]:
-    path = run_file(results, row.name, seed, f"{set_name}.hyp")
-    if not os.path.exists(path):
-        return None
+def load_hypotheses(path: str, set_name: str, refs: Sequence[str]) -> List[str]:
     hyps = read_lines(path)
     if len(hyps) != len(refs):
         raise ReportError(f"{path} has {len(hyps)} lines but the reference of {set_name} has "
                           f"{len(refs)}: it must hold one hypothesis per reference line, in order")
     return hyps
-
-
-def load_summary(results: str, row: Row, seed: int) -> Optional[Dict[str, object]]:
-    path = run_file(results, row.name, seed, "train.json")
-    if not os.path.exists(path):
-        return None
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
 
 
 def paired_test(baseline: Sequence[str], system: Sequence[str], refs: Sequence[str],
@@ -98,22 +72,23 @@ def paired_test(baseline: Sequence[str], system: Sequence[str], refs: Sequence[s
 
 def collect(args) -> Dict[str, object]:
     """Scores, summaries and paired tests of every row, seed and set."""
-    rows = {row.label: row for row in args.row}
+    rows = dict(args.row)
     for pair in args.difference:
         for label in pair:
             if label not in rows:
                 raise ReportError(f"--difference {'-'.join(pair)}: no --row {label}=NAME")
     refs = {s: read_lines(os.path.join(args.references, f"{s}.{args.lang}")) for s in args.sets}
     metric, hyps, bleu, runs = BLEU(), {}, {}, {}
-    for label, row in rows.items():
+    for label, name in rows.items():
         for seed in args.seeds:
-            summary = load_summary(args.results, row, seed)
-            if summary is not None:
-                runs[label, seed] = summary
+            summary = run_file(args.results, name, seed, "train.json")
+            if summary:
+                with open(summary, encoding="utf-8") as f:
+                    runs[label, seed] = json.load(f)
             for set_name in args.sets:
-                h = load_hypotheses(args.results, row, seed, set_name, refs[set_name])
-                if h is not None:
-                    hyps[label, seed, set_name] = h
+                path = run_file(args.results, name, seed, f"{set_name}.hyp")
+                if path:
+                    h = hyps[label, seed, set_name] = load_hypotheses(path, set_name, refs[set_name])
                     bleu[label, seed, set_name] = metric.corpus_score(h, [refs[set_name]]).score
     tests = {}
     for x, y in args.difference:
@@ -130,28 +105,28 @@ def _fmt(value: Optional[float]) -> str:
     return "–" if value is None else f"{value:.2f}"
 
 
+def _row(*cells: str) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
 def markdown(args, data: Dict[str, object]) -> str:
     rows, bleu, runs, tests = data["rows"], data["bleu"], data["runs"], data["tests"]
-    seeds = args.seeds
+    seeds = [f"seed {s}" for s in args.seeds]
     lines = [f"sacreBLEU (detokenized hypotheses against the raw references; "
              f"{data['signature']}); mean ± sample standard deviation over the seeds "
              f"that have hypotheses; – = not run.", ""]
     for set_name in args.sets:
-        lines += [f"**{set_name}**", "",
-                  "| row | run | params | min/run | " + " | ".join(f"seed {s}" for s in seeds)
-                  + " | mean ± std |",
+        lines += [f"**{set_name}**", "", _row("row", "run", "params", "min/run", *seeds, "mean ± std"),
                   "|---|---|---:|---:|" + "---:|" * len(seeds) + "---:|"]
-        for label, row in rows.items():
-            scores = [bleu.get((label, s, set_name)) for s in seeds]
-            summaries = [runs[label, s] for s in seeds if (label, s) in runs]
+        for label, name in rows.items():
+            scores = [bleu.get((label, s, set_name)) for s in args.seeds]
+            summaries = [runs[label, s] for s in args.seeds if (label, s) in runs]
             params = {r.get("parameters") for r in summaries} - {None}
             minutes = [r["wall_seconds"] / 60 for r in summaries if r.get("wall_seconds")]
-            lines.append(
-                f"| {label} | `{row.name}` | "
-                + (f"{params.pop() / 1e6:.2f}M" if len(params) == 1 else "–") + " | "
-                + (f"{statistics.fmean(minutes):.0f}" if minutes else "–") + " | "
-                + " | ".join(_fmt(s) for s in scores) + " | "
-                + format_mean_std([s for s in scores if s is not None]) + " |")
+            lines.append(_row(label, f"`{name}`",
+                              f"{params.pop() / 1e6:.2f}M" if len(params) == 1 else "–",
+                              f"{statistics.fmean(minutes):.0f}" if minutes else "–",
+                              *map(_fmt, scores), format_mean_std([s for s in scores if s is not None])))
         lines.append("")
     if args.difference:
         lines += [f"Differences X − Y per seed, with sacreBLEU's paired "
@@ -159,24 +134,21 @@ def markdown(args, data: Dict[str, object]) -> str:
                   f" p-value of X against Y in brackets; the mean ± std of the per-seed "
                   f"differences; and the seed std of each of the two rows, the variation "
                   f"between seeds that a difference must exceed to mean something.", "",
-                  "| difference | set | " + " | ".join(f"seed {s}" for s in seeds)
-                  + " | mean ± std | seed std (X, Y) |",
+                  _row("difference", "set", *seeds, "mean ± std", "seed std (X, Y)"),
                   "|---|---|" + "---:|" * len(seeds) + "---:|---:|"]
         for x, y in args.difference:
             for set_name in args.sets:
                 diffs, cells = [], []
-                for s in seeds:
+                for s in args.seeds:
                     if (x, s, set_name) in bleu and (y, s, set_name) in bleu:
-                        d = bleu[x, s, set_name] - bleu[y, s, set_name]
-                        diffs.append(d)
-                        cells.append(f"{d:+.2f} (p = {tests[x, y, s, set_name]:.3f})")
+                        diffs.append(bleu[x, s, set_name] - bleu[y, s, set_name])
+                        cells.append(f"{diffs[-1]:+.2f} (p = {tests[x, y, s, set_name]:.3f})")
                     else:
                         cells.append("–")
-                spread = [mean_std([bleu[r, s, set_name] for s in seeds
+                spread = [mean_std([bleu[r, s, set_name] for s in args.seeds
                                     if (r, s, set_name) in bleu])[1] for r in (x, y)]
-                lines.append(f"| {x} − {y} | {set_name} | " + " | ".join(cells) + " | "
-                             + format_mean_std(diffs, sign=True) + " | "
-                             + ", ".join(_fmt(v) for v in spread) + " |")
+                lines.append(_row(f"{x} − {y}", set_name, *cells, format_mean_std(diffs, sign=True),
+                                  ", ".join(_fmt(v) for v in spread)))
         lines.append("")
     return "\n".join(lines)
 
@@ -187,13 +159,13 @@ def plot(args, data: Dict[str, object], out: str) -> None:
 
     rows = list(data["rows"].items())
     fig, axes = panel_grid(len(rows), 3, (4.2, 3.2), sharex=True, sharey=True)
-    for ax, (label, row) in zip(axes, rows):
+    for ax, (label, name) in zip(axes, rows):
         for seed in args.seeds:
             summary = data["runs"].get((label, seed))
             if summary:
                 points = [(v["updates"], v["loss"]) for v in summary["validations"]]
                 ax.plot(*zip(*points), marker="o", markersize=3, label=f"seed {seed}")
-        label_panel(ax, f"{label}: {row.name}", "updates", "validation loss", "not run")
+        label_panel(ax, f"{label}: {name}", "updates", "validation loss", "not run")
     fig.savefig(out, dpi=100)
     plt.close(fig)
 

@@ -12,7 +12,6 @@ prints ``KEY=value`` lines:
 """
 
 import argparse
-import sys
 from typing import Dict, Sequence
 
 import torch
@@ -43,4 +42,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

@@ -1,24 +1,11 @@
 """Average the parameters of the last checkpoints (Vaswani et al. 2017, Sec. 6.1:
 the last 5 checkpoints for base models, the last 20 for big ones).
 
-pip-installed fairseq has no ``scripts/average_checkpoints.py``, so the
-recipes use this::
+    fairseq-posattn-average-checkpoints --inputs DIR --num-checkpoints 5 --output avg.pt
 
-    fairseq-posattn-average-checkpoints \\
-        --inputs checkpoints/transformer --num-checkpoints 5 \\
-        --output checkpoints/transformer/checkpoint_avg5.pt
-
-With a directory, the last checkpoints are taken in training order from both
-kinds fairseq-train writes: ``checkpoint_<epoch>_<update>.pt`` (every
-``--save-interval-updates``) and ``checkpoint<epoch>.pt`` (end of an epoch;
-fairseq writes no ``checkpoint_<epoch>_<update>.pt`` when the two coincide),
-and ``checkpoint_last.pt`` when it is newer than all of them: a run stopped
-by ``--max-update`` or ``--stop-time-hours`` between two numbered checkpoints
-leaves its final weights only there.
-
-The output is the newest input checkpoint with every model tensor replaced
-by the element-wise mean over the inputs (accumulated in float64, stored in
-the input's dtype); integer tensors must be equal in every input.
+pip-installed fairseq lacks ``scripts/average_checkpoints.py``.  Which
+checkpoints are the last, ``checkpoint_last.pt`` included when it is newer, and
+how they are averaged: docs/recipes.md ("Averaging").
 """
 
 import argparse
@@ -33,6 +20,7 @@ import torch
 
 from ..compat.checkpoint_integrity import verify_checkpoint
 from ..errors import DamagedCheckpointError
+from ..files import atomic_output
 
 _UPDATE_CHECKPOINT = re.compile(r"^checkpoint_(\d+)_(\d+)\.pt$")
 _EPOCH_CHECKPOINT = re.compile(r"^checkpoint(\d+)\.pt$")
@@ -88,7 +76,8 @@ def last_checkpoints(directory: str, n: int) -> List[str]:
 
 
 def average_model_states(states: Sequence[dict], names: Sequence[str]) -> "OrderedDict":
-    """Element-wise mean of the ``model`` entries of ``states``."""
+    """Element-wise mean of the ``model`` entries of ``states`` (float64, stored in each
+    tensor's dtype); integer tensors must be equal in all."""
     first = states[0]["model"]
     averaged = OrderedDict()
     for name, state in zip(names[1:], states[1:]):
@@ -98,10 +87,7 @@ def average_model_states(states: Sequence[dict], names: Sequence[str]) -> "Order
     for key, tensor in first.items():
         tensors = [s["model"][key] for s in states]
         if tensor.is_floating_point():
-            total = torch.zeros_like(tensor, dtype=torch.float64)
-            for t in tensors:
-                total += t.to(torch.float64)
-            averaged[key] = (total / len(tensors)).to(tensor.dtype)
+            averaged[key] = (sum(t.double() for t in tensors) / len(tensors)).to(tensor.dtype)
         else:
             for name, t in zip(names, tensors):
                 if not torch.equal(t, tensor):
@@ -137,9 +123,8 @@ def main(argv=None) -> None:
         state = average_checkpoints(paths)
     except (AverageError, DamagedCheckpointError, OSError) as exc:
         sys.exit("checkpoint_average: error: %s" % exc)
-    tmp = args.output + ".tmp"
-    torch.save(state, tmp)
-    os.replace(tmp, args.output)
+    with atomic_output(args.output, "wb") as f:
+        torch.save(state, f)
     print("averaged %d checkpoints (%s) into %s"
           % (len(paths), ", ".join(os.path.basename(p) for p in paths), args.output))
 

@@ -1,30 +1,10 @@
 """Text preparation for the recipes: raw parallel text to the tokenized words
 that are parsed, split into subwords and binarized.
 
-Commands (``fairseq-posattn-corpus COMMAND --help``):
-
-``tokenize``
-    Moses-style: punctuation normalization, control characters removed, then
-    the Moses tokenizer (sacremoses; ``--aggressive-dashes`` splits
-    ``a-b`` into ``a @-@ b`` as ``tokenizer.perl -a`` does).  No XML escaping,
-    so the tokens are the words the parser sees.
-``detokenize``
-    Moses detokenization (sacremoses), e.g. of tokenized references.
-``segment``
-    Chinese word segmentation with stanza (models from ``--stanza-dir``) or
-    UDPipe (the offline ``udchinese`` model).
-``clean``
-    Drops the pairs that Moses' ``clean-corpus-n.perl`` drops: a side with
-    fewer than ``--min-len`` or more than ``--max-len`` tokens, or a token-count
-    ratio above ``--ratio``.
-``sgm``
-    Source and reference segments of NIST/WMT SGML test sets, aligned by
-    document and segment id (a reference file may hold several references).
-``spm-train`` / ``spm-encode``
-    sentencepiece over the tokenized text, with the identity normalization
-    so that the pieces spell the tokens the parser saw.
-
-Every output is written to a temporary file and renamed when complete.
+``fairseq-posattn-corpus COMMAND --help`` lists the commands.  Moses
+tokenization does no XML escaping and sentencepiece no normalization, so that
+the tokens and pieces spell the words the parser sees.  Every output is written
+to a temporary file and renamed when complete.
 """
 
 import argparse
@@ -32,9 +12,8 @@ import itertools
 import os
 import re
 import sys
-from collections import OrderedDict
 from multiprocessing import Pool
-from typing import Dict, Iterable, Iterator, List, Sequence, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from ..files import atomic_output
 
@@ -45,18 +24,19 @@ class CorpusError(ValueError):
     """Bad input; the message names the file and what to do."""
 
 
-def read_lines(path: str) -> List[str]:
+def stream_lines(path: str) -> Iterator[str]:
     with open(path, encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f]
+        for line in f:
+            yield line.rstrip("\n")
+
+
+def read_lines(path: str) -> List[str]:
+    return list(stream_lines(path))
 
 
 def chunks(items: Iterable, size: int) -> Iterator[list]:
     it = iter(items)
-    while True:
-        block = list(itertools.islice(it, size))
-        if not block:
-            return
-        yield block
+    return iter(lambda: list(itertools.islice(it, size)), [])
 
 
 # ---------------------------------------------------------------------------
@@ -91,15 +71,6 @@ def tokenize_lines(lines: Iterable[str], lang: str, aggressive_dashes: bool = Fa
     with Pool(workers, initializer=_init_moses, initargs=(lang, aggressive_dashes)) as pool:
         for block in pool.imap(_tokenize_chunk, chunks(lines, CHUNK_LINES)):
             yield from block
-
-
-def moses_tokenize_references(lines: Iterable[str], lang: str) -> List[str]:
-    """``tokenizer.perl -l LANG`` without normalization (how get_ende_bleu.sh
-    tokenizes hypotheses and references)."""
-    from sacremoses import MosesTokenizer
-
-    tokenizer = MosesTokenizer(lang=lang)
-    return [tokenizer.tokenize(line, escape=False, return_str=True) for line in lines]
 
 
 # ---------------------------------------------------------------------------
@@ -152,16 +123,11 @@ class UDPipeSegmenter:
         tokenizer.setText(line)
         sentence, error, tokens = udpipe.Sentence(), udpipe.ProcessingError(), []
         while tokenizer.nextSentence(sentence, error):
-            # a multiword token is one surface token over several words
-            spans = {m.idFirst: m for m in sentence.multiwordTokens}
-            i, words = 1, sentence.words
-            while i < len(words):
-                if i in spans:
-                    tokens.append(spans[i].form)
-                    i = spans[i].idLast + 1
-                else:
-                    tokens.append(words[i].form)
-                    i += 1
+            # a multiword token is one surface token over several words (word 0 is the root)
+            multiword = {m.idFirst: m for m in sentence.multiwordTokens}
+            inside = {i for m in multiword.values() for i in range(m.idFirst + 1, m.idLast + 1)}
+            tokens += [multiword[i].form if i in multiword else word.form
+                       for i, word in enumerate(sentence.words) if 0 < i and i not in inside]
             sentence = udpipe.Sentence()
         if error.occurred():
             raise CorpusError("UDPipe tokenizer failed: %s" % error.message)
@@ -194,12 +160,9 @@ def build_segmenter(name: str, lang: str, stanza_dir: str = None, model: str = N
 def keep_pair(src_tokens: int, tgt_tokens: int, min_len: int, max_len: int,
               ratio: float) -> bool:
     """clean-corpus-n's test of one sentence pair (token counts)."""
-    for n in (src_tokens, tgt_tokens):
-        if n < min_len or n > max_len:
-            return False
-    if src_tokens == 0 or tgt_tokens == 0:
-        return False
-    return max(src_tokens, tgt_tokens) / min(src_tokens, tgt_tokens) <= ratio
+    lengths = (src_tokens, tgt_tokens)
+    return (all(0 < n and min_len <= n <= max_len for n in lengths)
+            and max(lengths) / min(lengths) <= ratio)
 
 
 def clean_corpus(src_in: str, tgt_in: str, src_out: str, tgt_out: str, min_len: int,
@@ -237,7 +200,7 @@ def _attributes(text: str) -> Dict[str, str]:
             for m in _ATTR.finditer(text)}
 
 
-def read_sgm(path: str, by_sysid: bool = True) -> "OrderedDict[str, OrderedDict[SegKey, str]]":
+def read_sgm(path: str, by_sysid: bool = True) -> Dict[str, Dict[SegKey, str]]:
     """The segments of an SGML file keyed by (docid, seg id), grouped by
     ``sysid`` (in the order of first appearance; one group without
     ``by_sysid``).  Text is kept as written, whitespace collapsed (as
@@ -248,7 +211,7 @@ def read_sgm(path: str, by_sysid: bool = True) -> "OrderedDict[str, OrderedDict[
     except UnicodeDecodeError as exc:
         raise CorpusError("%s is not UTF-8 (%s); convert it first, e.g. iconv -f GB18030 "
                           "-t UTF-8 for older NIST sets" % (path, exc)) from None
-    systems: "OrderedDict[str, OrderedDict[SegKey, str]]" = OrderedDict()
+    systems: Dict[str, Dict[SegKey, str]] = {}
     docs = list(_DOC.finditer(content))
     if not docs:
         raise CorpusError("%s: no <doc ...>...</doc> element; is it an SGML test set?" % path)
@@ -257,7 +220,7 @@ def read_sgm(path: str, by_sysid: bool = True) -> "OrderedDict[str, OrderedDict[
         line = content.count("\n", 0, doc.start()) + 1
         if "docid" not in attrs:
             raise CorpusError("%s, line %d: <doc> without a docid attribute" % (path, line))
-        segments = systems.setdefault(attrs.get("sysid", "") if by_sysid else "", OrderedDict())
+        segments = systems.setdefault(attrs.get("sysid", "") if by_sysid else "", {})
         for seg in _SEG.finditer(doc.group(2)):
             seg_id = _attributes(seg.group(1)).get("id")
             key = (attrs["docid"], seg_id)
@@ -326,20 +289,24 @@ def _write_lines(path: str, lines: Iterable[str]) -> int:
     return n
 
 
-def _stream(path: str) -> Iterator[str]:
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            yield line.rstrip("\n")
+def _each_file(args, done: Optional[str], convert) -> None:
+    """Write ``convert(path)`` of each --input to its --output; ``done % lines``
+    (if given) says what was done, on stderr."""
+    if len(args.input) != len(args.output):
+        raise CorpusError(f"{len(args.input)} --input files but {len(args.output)} --output files")
+    for src, dst in zip(args.input, args.output):
+        n = _write_lines(dst, convert(src))
+        if done:
+            print(f"{done % n}: {src} -> {dst}", file=sys.stderr)
 
 
 def cmd_tokenize(args) -> None:
-    for src, dst in _pairs(args.input, args.output):
-        n = _write_lines(dst, tokenize_lines(_progress(_stream(src), "tokenize " + src),
-                                             args.lang, args.aggressive_dashes, args.workers))
-        print("tokenized %d lines: %s -> %s" % (n, src, dst), file=sys.stderr)
+    _each_file(args, "tokenized %d lines", lambda src: tokenize_lines(
+        _progress(stream_lines(src), "tokenize " + src), args.lang, args.aggressive_dashes,
+        args.workers))
 
 
-def detokenize(lines: Sequence[str], lang: str) -> List[str]:
+def detokenize(lines: Iterable[str], lang: str) -> List[str]:
     """Moses detokenization (sacremoses) of whitespace-tokenized lines."""
     from sacremoses import MosesDetokenizer
 
@@ -348,20 +315,15 @@ def detokenize(lines: Sequence[str], lang: str) -> List[str]:
 
 
 def cmd_detokenize(args) -> None:
-    for src, dst in _pairs(args.input, args.output):
-        n = _write_lines(dst, detokenize(read_lines(src), args.lang))
-        print("detokenized %d lines: %s -> %s" % (n, src, dst), file=sys.stderr)
+    _each_file(args, "detokenized %d lines", lambda src: detokenize(stream_lines(src), args.lang))
 
 
 def cmd_segment(args) -> None:
     segmenter = build_segmenter(args.segmenter, args.lang, args.stanza_dir, args.model,
                                 args.download)
-    for src, dst in _pairs(args.input, args.output):
-        lines = (line for block in chunks(_progress(_stream(src), "segment " + src), 256)
-                 for line in segmenter.segment(block))
-        n = _write_lines(dst, lines)
-        print("segmented %d lines (%s): %s -> %s" % (n, args.segmenter, src, dst),
-              file=sys.stderr)
+    _each_file(args, f"segmented %d lines ({args.segmenter})", lambda src: (
+        line for block in chunks(_progress(stream_lines(src), "segment " + src), 256)
+        for line in segmenter.segment(block)))
 
 
 def cmd_clean(args) -> None:
@@ -389,14 +351,7 @@ def cmd_spm_train(args) -> None:
 
 
 def cmd_spm_encode(args) -> None:
-    for src, dst in _pairs(args.input, args.output):
-        _write_lines(dst, spm_encode(args.model, _stream(src), args.workers))
-
-
-def _pairs(inputs: Sequence[str], outputs: Sequence[str]):
-    if len(inputs) != len(outputs):
-        raise CorpusError("%d --input files but %d --output files" % (len(inputs), len(outputs)))
-    return zip(inputs, outputs)
+    _each_file(args, None, lambda src: spm_encode(args.model, stream_lines(src), args.workers))
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -404,47 +359,43 @@ def get_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
 
-    def command(name, func, help):
+    def command(name, func, help, files=True):
         c = sub.add_parser(name, help=help, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
         c.set_defaults(func=func)
+        if files:
+            c.add_argument("--input", nargs="+", required=True)
+            c.add_argument("--output", nargs="+", required=True, help="one per --input")
         return c
 
-    def files(c):
-        c.add_argument("--input", nargs="+", required=True)
-        c.add_argument("--output", nargs="+", required=True, help="one per --input")
-
     c = command("tokenize", cmd_tokenize, "Moses-style tokenization (sacremoses)")
-    files(c)
     c.add_argument("--lang", required=True)
     c.add_argument("--aggressive-dashes", action="store_true", help="a-b -> a @-@ b")
     c.add_argument("--workers", type=int, default=1)
 
     c = command("detokenize", cmd_detokenize, "Moses-style detokenization (sacremoses)")
-    files(c)
     c.add_argument("--lang", required=True)
 
     c = command("segment", cmd_segment, "Chinese word segmentation")
-    files(c)
     c.add_argument("--segmenter", choices=("stanza", "udpipe"), default="stanza")
     c.add_argument("--lang", default="zh")
     c.add_argument("--stanza-dir", default=None, help="stanza models (default: stanza's)")
     c.add_argument("--download", action="store_true", help="stanza: download missing models")
     c.add_argument("--model", default=None, help="udpipe: model file (default: udchinese)")
 
-    c = command("clean", cmd_clean, "drop pairs by length and length ratio")
+    c = command("clean", cmd_clean, "drop pairs by length and length ratio", files=False)
     for name in ("src-input", "tgt-input", "src-output", "tgt-output"):
         c.add_argument("--" + name, required=True)
     c.add_argument("--min-len", type=int, default=1)
     c.add_argument("--max-len", type=int, default=250)
     c.add_argument("--ratio", type=float, default=1.5)
 
-    c = command("sgm", cmd_sgm, "segments of an SGML test set")
+    c = command("sgm", cmd_sgm, "segments of an SGML test set", files=False)
     c.add_argument("--source", required=True)
     c.add_argument("--references", nargs="+", required=True)
     c.add_argument("--out-source", required=True)
     c.add_argument("--out-references", nargs="+", required=True)
 
-    c = command("spm-train", cmd_spm_train, "train a sentencepiece model")
+    c = command("spm-train", cmd_spm_train, "train a sentencepiece model", files=False)
     c.add_argument("--input", nargs="+", required=True)
     c.add_argument("--model-prefix", required=True)
     c.add_argument("--vocab-size", type=int, default=32000)
@@ -453,7 +404,6 @@ def get_parser() -> argparse.ArgumentParser:
     c.add_argument("--input-sentence-size", type=int, default=10000000)
 
     c = command("spm-encode", cmd_spm_encode, "split tokenized text into sentencepiece pieces")
-    files(c)
     c.add_argument("--model", required=True)
     c.add_argument("--workers", type=int, default=1)
     return p

@@ -1,24 +1,9 @@
-"""BLEU of ``fairseq-generate`` output, the two ways the recipes report it.
-
-``score``
-    Reads the hypotheses (``H-`` lines, subword splitting already removed by
-    ``--remove-bpe``), detokenizes them (sacremoses) and writes them one per
-    line in corpus order, then scores them with sacrebleu against the raw
-    references (one or several files):
-
-    * **sacreBLEU**: detokenized hypotheses against the untouched references,
-      sacrebleu's own tokenization; the signature says how (``nrefs``,
-      ``case``, ``tok``, ...).  ``--lowercase`` gives case-insensitive BLEU.
-    * **tokenized compound-split BLEU** (``--compound-split``): the BLEU that
-      Transformer papers on WMT14 En-De report (tensor2tensor's
-      ``get_ende_bleu.sh``): hypotheses and references Moses-tokenized, every
-      ``X-Y`` (non-space around a hyphen) split into ``X ##AT##-##AT## Y``,
-      then BLEU over those tokens (sacrebleu with ``tokenize='none'``).
-
-    The scores go to ``--json-out`` for :func:`summary`.
-``summary``
-    One table over sets (and their mean, as Wang et al. 2019 average NIST
-    MT03-06).
+"""BLEU of ``fairseq-generate`` output, the two ways the recipes report it
+(docs/recipes.md): ``score`` detokenizes the hypotheses and writes them one
+per line, then gives sacreBLEU against the raw references and, with
+``--compound-split``, the tokenized compound-split BLEU of tensor2tensor's
+``get_ende_bleu.sh``; ``summary`` tabulates the scored sets and their mean
+(as Wang et al. 2019 average NIST MT03-06).
 """
 
 import argparse
@@ -31,7 +16,7 @@ from typing import Dict, List, Optional, Sequence
 from sacrebleu.metrics import BLEU
 
 from ..files import atomic_output
-from .corpus import detokenize, moses_tokenize_references, read_lines
+from .corpus import detokenize, read_lines
 
 _COMPOUND = re.compile(r"(\S)-(\S)")
 
@@ -71,22 +56,24 @@ def read_hypotheses(path: str) -> List[str]:
     return [by_id[i] for i in range(len(by_id))]
 
 
-def sacrebleu_score(hyps: Sequence[str], refs: Sequence[Sequence[str]],
-                    lowercase: bool = False) -> Dict[str, object]:
-    bleu = BLEU(lowercase=lowercase)
+def bleu_score(bleu: BLEU, hyps: Sequence[str], refs: Sequence[Sequence[str]]) -> Dict[str, object]:
     score = bleu.corpus_score(list(hyps), [list(r) for r in refs])
     return {"score": score.score, "text": str(score), "signature": str(bleu.get_signature())}
 
 
 def compound_split_score(hyps: Sequence[str], refs: Sequence[Sequence[str]],
                          lang: str) -> Dict[str, object]:
-    """Tokenized, compound-split, case-sensitive BLEU (see the module doc)."""
-    def prepare(lines):
-        return [split_compounds(line) for line in moses_tokenize_references(lines, lang)]
+    """Case-sensitive BLEU over Moses tokens with compounds split (``get_ende_bleu.sh``:
+    ``tokenizer.perl -l LANG``, without normalization)."""
+    from sacremoses import MosesTokenizer
 
-    bleu = BLEU(tokenize="none")
-    score = bleu.corpus_score(prepare(hyps), [prepare(r) for r in refs])
-    return {"score": score.score, "text": str(score), "signature": str(bleu.get_signature())}
+    tokenizer = MosesTokenizer(lang=lang)
+
+    def prepare(lines):
+        return [split_compounds(tokenizer.tokenize(line, escape=False, return_str=True))
+                for line in lines]
+
+    return bleu_score(BLEU(tokenize="none"), prepare(hyps), [prepare(r) for r in refs])
 
 
 def score_set(generate_output: str, references: Sequence[str], lang: str,
@@ -102,7 +89,7 @@ def score_set(generate_output: str, references: Sequence[str], lang: str,
     with atomic_output(hypotheses_out) as out:
         out.writelines(h + "\n" for h in hyps)
     result = {"sentences": len(hyps), "references": list(references),
-              "sacrebleu": sacrebleu_score(hyps, refs, lowercase)}
+              "sacrebleu": bleu_score(BLEU(lowercase=lowercase), hyps, refs)}
     if compound_split:
         result["compound_split"] = compound_split_score(hyps, refs, lang)
     return result
@@ -112,16 +99,15 @@ def summary(results: Sequence[Dict[str, object]], names: Sequence[str]) -> str:
     """A table of the sets' scores and their means."""
     columns = [("sacreBLEU", "sacrebleu"), ("tok. compound-split BLEU", "compound_split")]
     columns = [c for c in columns if all(c[1] in r for r in results)]
-    width = max([len(n) for n in names] + [7])
-    rows = ["%-*s  %s" % (width, "set", "  ".join(title for title, _ in columns))]
-    for name, result in zip(names, results):
-        rows.append("%-*s  %s" % (width, name, "  ".join(
-            "%*.2f" % (len(title), result[key]["score"]) for title, key in columns)))
+    table = [(name, [r[key]["score"] for _, key in columns]) for name, r in zip(names, results)]
     if len(results) > 1:
-        rows.append("%-*s  %s" % (width, "average", "  ".join(
-            "%*.2f" % (len(title), sum(r[key]["score"] for r in results) / len(results))
-            for title, key in columns)))
-    return "\n".join(rows)
+        table.append(("average", [sum(c) / len(c) for c in zip(*(row for _, row in table))]))
+    width = max([len(n) for n in names] + [7])
+    lines = [f"{'set':<{width}}  " + "  ".join(title for title, _ in columns)]
+    for name, row in table:
+        lines.append(f"{name:<{width}}  "
+                     + "  ".join(f"{v:{len(title)}.2f}" for v, (title, _) in zip(row, columns)))
+    return "\n".join(lines)
 
 
 def cmd_score(args) -> None:
@@ -130,13 +116,12 @@ def cmd_score(args) -> None:
     result["name"] = args.name
     print("%s: %d sentences, %d reference(s)" % (args.name, result["sentences"],
                                                  len(args.references)))
-    print("%s: sacreBLEU (detokenized, against the raw references): %s"
-          % (args.name, result["sacrebleu"]["text"]))
-    print("%s:   signature: %s" % (args.name, result["sacrebleu"]["signature"]))
-    if args.compound_split:
-        print("%s: tokenized compound-split BLEU (papers' style, get_ende_bleu.sh): %s"
-              % (args.name, result["compound_split"]["text"]))
-        print("%s:   signature: %s" % (args.name, result["compound_split"]["signature"]))
+    for key, what in (("sacrebleu", "sacreBLEU (detokenized, against the raw references)"),
+                      ("compound_split", "tokenized compound-split BLEU (papers' style, "
+                                         "get_ende_bleu.sh)")):
+        if key in result:
+            print(f"{args.name}: {what}: {result[key]['text']}")
+            print(f"{args.name}:   signature: {result[key]['signature']}")
     if args.json_out:
         with atomic_output(args.json_out) as out:
             json.dump(result, out, indent=1)

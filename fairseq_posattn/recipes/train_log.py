@@ -2,29 +2,13 @@
 a short summary of a run (updates, wall time, parameters, validation loss per
 epoch) for the record that goes beside a run's hypotheses.
 
-    fairseq-posattn-train-log --log train.log [--settings settings.txt] \
+    fairseq-posattn-train-log --log train.log [--settings settings.txt] \\
         [--out summary.json]
 
-A log is what ``fairseq-train --log-format json`` prints (stdout and stderr
-captured to a file, or its ``--log-file``); other lines (warnings, tracebacks)
-are skipped.  Validation lines look like::
-
-    2026-11-22 01:57:25 | INFO | valid | {"epoch": 1, "valid_loss": "6.653", ...,
-        "valid_bleu": "12.3", "valid_num_updates": "54"}
-
-Wall-clock time of a validation is fairseq's own ``wall`` meter (seconds since
-the start of training, kept across resumed runs), which the
-``train_inner``/``train`` lines carry but validation lines do not: a
-validation's time is that of the next training line after it (else the one
-before), shifted by the difference of the two lines' timestamps.  A record
-line that does not parse (a log cut while being written) is skipped with a
-warning.
-
-The wall time of a whole run is measured on the log's timestamps: from each
-``fairseq-train`` start that the recipes mark in the log (a line
-``[recipe] fairseq-train started YYYY-MM-DD HH:MM:SS``) to the last timestamp
-before the next start, summed, so that a run killed and resumed is counted
-once, without the time it was not running.
+Which lines count and how a validation gets its wall time: docs/plots.md.  A
+run's wall time sums the time from each ``[recipe] fairseq-train started <time>``
+marker to the last timestamp before the next one, so a run killed and resumed
+is counted once, without the time it was not running.
 """
 
 import argparse
@@ -32,7 +16,7 @@ import json
 import logging
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Dict, List, Optional, Sequence
 
@@ -61,19 +45,6 @@ class Validation:
     epoch: Optional[int] = None
 
 
-@dataclass
-class _Anchor:
-    line: int
-    time: datetime
-    wall: float
-
-
-@dataclass
-class _Records:
-    validations: List[Validation] = field(default_factory=list)
-    anchors: List[_Anchor] = field(default_factory=list)
-
-
 def _number(value) -> Optional[float]:
     try:
         return float(value)
@@ -81,17 +52,17 @@ def _number(value) -> Optional[float]:
         return None
 
 
-def _read_records(lines: Sequence[str], name: str, subset: str) -> _Records:
-    records = _Records()
+def parse_log(lines: Sequence[str], name: str, subset: str = "valid") -> List[Validation]:
+    """The ``subset`` validations of one log (its lines), in log order; ``name``
+    names the log in messages.  Raises ValueError when there is none."""
     prefix = subset + "_"
     decoder = json.JSONDecoder()
+    validations, anchors = [], []  # anchors: (line, time, wall) of the training records
     for number, line in enumerate(lines, 1):
         match = RECORD.match(line.rstrip("\r\n"))
-        if match is None:
+        if match is None or (match["tag"] != subset and match["tag"] not in WALL_KEYS):
             continue
         tag = match["tag"]
-        if tag != subset and tag not in WALL_KEYS:
-            continue
         try:
             # raw_decode: the record may run on into another stream's output
             stats, _ = decoder.raw_decode(match["json"])
@@ -103,7 +74,7 @@ def _read_records(lines: Sequence[str], name: str, subset: str) -> _Records:
         if tag in WALL_KEYS:
             wall = _number(stats.get(WALL_KEYS[tag]))
             if time is not None and wall is not None:
-                records.anchors.append(_Anchor(number, time, wall))
+                anchors.append((number, time, wall))
             continue
         updates = _number(stats.get(prefix + "num_updates"))
         if updates is None:
@@ -116,34 +87,20 @@ def _read_records(lines: Sequence[str], name: str, subset: str) -> _Records:
             if key.startswith(prefix) and value is not None
         }
         del metrics["num_updates"]
-        wall = metrics.pop("wall", None)  # not logged by fairseq 0.12; see the module doc
+        wall = metrics.pop("wall", None)  # not logged by fairseq 0.12: from the training records below
         epoch = _number(stats.get("epoch"))
-        records.validations.append(Validation(number, int(updates), metrics, time, wall,
-                                              None if epoch is None else int(epoch)))
-    return records
-
-
-def _add_wall_times(records: _Records) -> None:
-    """Wall time of every validation from the next (else the previous) training record."""
-    for v in records.validations:
-        if v.wall is not None or v.time is None or not records.anchors:
-            continue
-        after = [a for a in records.anchors if a.line > v.line]
-        anchor = after[0] if after else records.anchors[-1]
-        v.wall = anchor.wall + (v.time - anchor.time).total_seconds()
-
-
-def parse_log(lines: Sequence[str], name: str, subset: str = "valid") -> List[Validation]:
-    """The ``subset`` validations of one log (its lines), in log order; ``name``
-    names the log in messages.  Raises ValueError when there is none."""
-    records = _read_records(lines, name, subset)
-    if not records.validations:
+        validations.append(Validation(number, int(updates), metrics, time, wall,
+                                      None if epoch is None else int(epoch)))
+    if not validations:
         raise ValueError(
             f"{name}: no '{subset}' validation record (lines '... | {subset} | {{...}}'); "
             f"give the output of fairseq-train --log-format json that ran at least one validation"
         )
-    _add_wall_times(records)
-    return records.validations
+    for v in validations:
+        if v.wall is None and v.time is not None and anchors:
+            _, time, wall = next((a for a in anchors if a[0] > v.line), anchors[-1])
+            v.wall = wall + (v.time - time).total_seconds()
+    return validations
 
 
 def read_log(path: str, subset: str = "valid") -> List[Validation]:
@@ -222,7 +179,7 @@ def summary_line(summary: Dict[str, object]) -> str:
             + "; last validation: " + ", ".join(f"{k} {v}" for k, v in last.items()))
 
 
-def main(argv: Optional[Sequence[str]] = None) -> Dict[str, object]:
+def cli_main(argv: Optional[Sequence[str]] = None) -> None:
     parser = argparse.ArgumentParser(prog="fairseq-posattn-train-log",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--log", required=True, help="fairseq-train --log-format json output")
@@ -246,12 +203,6 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, object]:
         print(summary_line(summary))
     else:
         sys.stdout.write(text)
-    return summary
-
-
-def cli_main(argv: Optional[Sequence[str]] = None) -> None:
-    """The console script: :func:`main` without its return value."""
-    main(argv)
 
 
 if __name__ == "__main__":
