@@ -5,11 +5,14 @@ and of every reader of tree-shaped or token-level input; :func:`location` and
 :func:`fail` format ``"<file>, sentence <n>, line <m>: <problem>. <Hint>"`` for it
 and for the other readers of the package; :func:`quoted` quotes every token,
 word or field of the input that a message shows, naming its invisible and
-unusual whitespace characters.  :class:`DamagedCheckpointError` is
-the error of checkpoint files (:mod:`fairseq_posattn.compat.checkpoint_integrity`).
+unusual whitespace characters; :func:`at_least_one` is the argparse type of
+counts.  :class:`DamagedCheckpointError` is the error of checkpoint files
+(:mod:`fairseq_posattn.compat.checkpoint_integrity`).
 Imports nothing of the plugin or of fairseq, so the pure tree logic can use it.
 """
 
+import argparse
+import re
 import unicodedata
 from typing import List, Optional
 
@@ -88,3 +91,10 @@ def quoted(value) -> str:
     ``'dog\\xa0sleeps' (holds U+00A0 NO-BREAK SPACE)``."""
     names = unusual_characters(value) if isinstance(value, str) else []
     return repr(value) + (" (holds %s)" % ", ".join(names) if names else "")
+
+
+def at_least_one(text: str) -> int:
+    """argparse type of a count (workers, batch size, ...): an integer >= 1."""
+    if not re.fullmatch(r"\s*[0-9]+\s*", text) or int(text) < 1:
+        raise argparse.ArgumentTypeError("must be an integer >= 1, got %r" % text)
+    return int(text)

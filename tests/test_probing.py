@@ -225,3 +225,11 @@ def test_states_of_other_sentences_are_refused(tmp_path):
     np.savez(tmp_path / "states.npz", final=np.zeros((4, 3), dtype=np.float32))
     with pytest.raises(SystemExit, match="has 4 rows but .*task.txt has 3 examples"):
         probe_cli.cli_main([str(task), "--states", str(tmp_path / "states.npz")])
+
+
+@pytest.mark.parametrize("command", [states_cli, probe_cli])
+def test_a_batch_size_below_one_is_refused_naming_the_option(command, capsys):
+    arguments = ["unused.txt", "--out", "unused.npz"] if command is states_cli else ["unused.tsv"]
+    with pytest.raises(SystemExit):
+        command.get_argparser().parse_args([*arguments, "--path", "model.pt", "--batch-size", "0"])
+    assert "argument --batch-size: must be an integer >= 1, got '0'" in capsys.readouterr().err

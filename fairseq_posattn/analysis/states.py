@@ -17,6 +17,7 @@ import numpy as np
 from torch import Tensor
 from tqdm import tqdm
 
+from ..errors import at_least_one
 from ..recipes.corpus import read_lines
 from .source import CheckpointEncoder, SourceSentence, add_source_args, run_command
 
@@ -76,7 +77,7 @@ def sentence_vectors(runner: CheckpointEncoder, sentences: Sequence[SourceSenten
 
 
 def add_dump_args(parser) -> None:
-    parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
+    parser.add_argument("--batch-size", type=at_least_one, default=64, help="sentences per batch")
     parser.add_argument("--include-eos", action="store_true",
                         help="count the appended EOS in the mean (default: pieces only)")
 
@@ -95,8 +96,6 @@ def get_argparser() -> argparse.ArgumentParser:
 
 
 def main(args) -> Dict[str, np.ndarray]:
-    if args.batch_size < 1:
-        raise ValueError("--batch-size must be >= 1")
     runner = CheckpointEncoder(args)
     sentences = runner.prepare(read_lines(args.input), args.input)
     vectors = sentence_vectors(runner, sentences, args.batch_size, args.include_eos)

@@ -33,7 +33,7 @@ from tqdm import tqdm
 from fairseq_posattn.structure import (DependencyTree, StructureError, check_tree,
                                        read_conllu, write_conllu)
 
-from ..errors import quoted
+from ..errors import at_least_one, quoted
 from ..files import atomic_output
 from .parsers import (BACKENDS, ExistingParse, Parser, ParserSetupError, add_parser_args,
                       build_parser)
@@ -374,12 +374,6 @@ def _shard(text: str) -> Tuple[int, int]:
     return int(m.group(1)), int(m.group(2))
 
 
-def _at_least_one(text: str) -> int:
-    if not re.fullmatch(r"\s*[0-9]+\s*", text) or int(text) < 1:
-        raise argparse.ArgumentTypeError("must be an integer >= 1, got %r" % text)
-    return int(text)
-
-
 def parser_options(args) -> Dict[str, object]:
     return {"lang": args.parser_lang, "model": args.parser_model, "stanza_dir": args.stanza_dir,
             "download": args.download, "batch_size": args.batch_size,
@@ -528,12 +522,12 @@ def get_argparser() -> argparse.ArgumentParser:
     p.add_argument("--conllu", default=None,
                    help="conllu backend: an existing parse of --input, checked against its "
                    "lines and written normalised")
-    p.add_argument("--workers", type=_at_least_one, default=1, help="parser processes")
+    p.add_argument("--workers", type=at_least_one, default=1, help="parser processes")
     p.add_argument("--threads", type=int, default=None,
                    help="threads per worker (torch/BLAS; default: cores / workers)")
-    p.add_argument("--chunk-size", type=_at_least_one, default=1000,
+    p.add_argument("--chunk-size", type=at_least_one, default=1000,
                    help="lines per chunk (the unit of resuming and sharding)")
-    p.add_argument("--batch-size", type=_at_least_one, default=64, help="sentences per parser call")
+    p.add_argument("--batch-size", type=at_least_one, default=64, help="sentences per parser call")
     p.add_argument("--shard", type=_shard, default=None, metavar="i/N",
                    help="do only chunks c with c %% N == i (0-based i), e.g. one array job "
                    "per shard on a cluster; all shards share <output>.parts")
