@@ -140,6 +140,10 @@ def run_cli_in_process(name: str, *args, input: str = "") -> str:
     from fairseq import checkpoint_utils
 
     (entry,) = entry_points(group="console_scripts", name=name)
+    # fairseq-train keeps the best validation score of the process on
+    # save_checkpoint: every run starts without one, as in a fresh process
+    saved = vars(checkpoint_utils.save_checkpoint)
+    saved.pop("best", None)
     out, threads = io.StringIO(), torch.get_num_threads()
     torch.set_num_threads(1)  # as subprocess_env sets for run_cli
     try:
@@ -148,9 +152,7 @@ def run_cli_in_process(name: str, *args, input: str = "") -> str:
             entry.load()()
     finally:
         torch.set_num_threads(threads)
-        # fairseq-train keeps the best validation loss for the process here;
-        # the next run starts without one, as in a fresh process
-        vars(checkpoint_utils.save_checkpoint).pop("best", None)
+        saved.pop("best", None)
     return out.getvalue()
 
 
