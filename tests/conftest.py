@@ -7,6 +7,8 @@ slow when its module says so (``pytestmark``), when it is marked itself, or
 when it uses one of the fixtures that train a model (:data:`TRAINING_FIXTURES`).
 """
 
+import contextlib
+import io
 import logging
 import os
 import shutil
@@ -15,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Dict, Optional, Sequence
+from unittest import mock
 
 import pytest
 
@@ -126,6 +129,33 @@ def run_cli(name: str, *args, **kwargs) -> subprocess.CompletedProcess:
     return run([cli(name), *args], **kwargs)
 
 
+def run_cli_in_process(name: str, *args, input: str = "") -> str:
+    """Run the entry point of console script ``name`` in this process as the
+    script runs it (``sys.argv``, ``input`` on stdin); returns its stdout.
+    Spares the interpreter start and imports of :func:`run_cli` where the
+    test is about what the command does, not about a fresh process."""
+    from importlib.metadata import entry_points
+
+    import torch
+    from fairseq import checkpoint_utils
+
+    (entry,) = entry_points(group="console_scripts", name=name)
+    # fairseq-train keeps the best validation score of the process on
+    # save_checkpoint: every run starts without one, as in a fresh process
+    saved = vars(checkpoint_utils.save_checkpoint)
+    saved.pop("best", None)
+    out, threads = io.StringIO(), torch.get_num_threads()
+    torch.set_num_threads(1)  # as subprocess_env sets for run_cli
+    try:
+        with mock.patch.object(sys, "argv", [name, *map(str, args)]), \
+                mock.patch.object(sys, "stdin", io.StringIO(input)), contextlib.redirect_stdout(out):
+            entry.load()()
+    finally:
+        torch.set_num_threads(threads)
+        saved.pop("best", None)
+    return out.getvalue()
+
+
 def run_python(code: str, *args, **kwargs) -> subprocess.CompletedProcess:
     """Run ``code`` with ``args`` in a fresh interpreter (fresh sys.modules and
     torch state)."""
@@ -164,17 +194,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def tiny_training(data_bin: Path, save_dir: Path, arch: str = "transformer", extra=(),
+                  max_update: int = 4) -> list:
+    """fairseq-train's arguments for a tiny model, a few updates, the plugin loaded."""
+    return [data_bin, "--user-dir", USER_DIR, "--task", "translation", "--arch", arch,
+            *TINY_MODEL_ARGS, "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "1000",
+            "--max-update", str(max_update), "--seed", "1",
+            "--save-dir", save_dir, "--no-progress-bar", *COMMON_ARGS, *extra]
+
+
 def train_tiny(data_bin: Path, save_dir: Path, arch: str = "transformer", extra=(),
                max_update: int = 4, **kwargs) -> subprocess.CompletedProcess:
-    """fairseq-train a tiny model for a few updates with the plugin loaded."""
-    return run_cli(
-        "fairseq-train", data_bin, "--user-dir", USER_DIR,
-        "--task", "translation", "--arch", arch, *TINY_MODEL_ARGS,
-        "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "1000",
-        "--max-update", str(max_update), "--seed", "1",
-        "--save-dir", save_dir, "--no-progress-bar", *COMMON_ARGS, *extra,
-        **kwargs,
-    )
+    """fairseq-train (a subprocess) a tiny model for a few updates with the plugin loaded."""
+    return run_cli("fairseq-train", *tiny_training(data_bin, save_dir, arch, extra, max_update),
+                   **kwargs)
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from conftest import (COMMON_ARGS, USER_DIR, load_record, recorded_train_command, run,
-                      run_python, train_tiny)
+                      run_cli_in_process, run_python, tiny_training)
 
 import fairseq_posattn  # noqa: F401  (the allow-list for reading checkpoints here)
 
@@ -64,8 +64,9 @@ def test_hub_interface_loads_every_family(toy_struct_bin, tmp_path):
     models.mkdir()
     for name, (task, arch, extra) in FAMILIES.items():
         save = tmp_path / name
-        train_tiny(toy_struct_bin, save, arch=arch, max_update=2,
-                   extra=["--task", task, "--disable-validation", *extra])
+        run_cli_in_process("fairseq-train", *tiny_training(
+            toy_struct_bin, save, arch=arch, max_update=2,
+            extra=["--task", task, "--disable-validation", *extra]))
         shutil.copy(save / "checkpoint_last.pt", models / (name + ".pt"))
     for user_dir, names in ((USER_DIR, list(FAMILIES)), ("import", ["struct", "onlstm-san"])):
         proc = run_python(HUB, models, toy_struct_bin, user_dir, *names)

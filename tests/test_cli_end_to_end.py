@@ -1,8 +1,12 @@
 """End to end through fairseq's command-line tools with the plugin loaded.
 
-For every architecture in ARCHS: fairseq-train (a tiny model, a few updates),
+For every architecture in RUNS: fairseq-train (a tiny model, a few updates),
 fairseq-generate on the test split and fairseq-interactive on raw input, each
-as a subprocess with ``--user-dir``.
+with ``--user-dir``.  One architecture of each family (FRESH_PROCESS) runs the
+console scripts as subprocesses, where ``--user-dir`` alone loads the plugin;
+the others run the same entry points (``cli_main``) in this process: the
+plugin registers every architecture at once, so what differs between them is
+the model, which runs the same in either process.
 """
 
 import re
@@ -10,7 +14,7 @@ import re
 import pytest
 import torch
 
-from conftest import (COMMON_ARGS, TOY_SIZES, USER_DIR, run_cli, train_tiny)
+from conftest import COMMON_ARGS, TOY_SIZES, USER_DIR, run_cli, run_cli_in_process, tiny_training
 
 from fairseq_posattn.models.transformer_posattn import DUFTER_ROWS
 
@@ -37,6 +41,9 @@ RUNS = {
                                                 "--encoder-layers", "0")),
 }
 
+# fairseq's own model, the position-aware one with most options, the hybrid
+FRESH_PROCESS = {"transformer", "shaw+bilan+conv2d+temp", "onlstm_san_transformer"}
+
 RAW_INPUT = "the dog sleeps .\nthe old teacher reads a book because the cat laughs .\n"
 
 
@@ -47,11 +54,18 @@ def hypothesis_ids(stdout: str):
 @pytest.mark.parametrize("run", sorted(RUNS))
 def test_train_generate_interactive(run, toy_data_bin, tmp_path):
     arch, extra = RUNS[run]
+
+    def command(name, *args, input=""):
+        if run in FRESH_PROCESS:
+            return run_cli(name, *args, input=input).stdout
+        return run_cli_in_process(name, *args, input=input)
+
     save_dir = tmp_path / "ckpt"
-    train = train_tiny(toy_data_bin, save_dir, arch=arch, max_update=4, extra=extra)
+    command("fairseq-train", *tiny_training(toy_data_bin, save_dir, arch=arch, max_update=4, extra=extra))
     ckpt = save_dir / "checkpoint_last.pt"
     assert ckpt.exists() and (save_dir / "checkpoint_best.pt").exists()
-    assert re.search(r"num_updates 4\b", train.stderr + train.stdout)
+    state = torch.load(str(ckpt), map_location="cpu")
+    assert state["optimizer_history"][-1]["num_updates"] == 4
 
     # everything the checkpoint pickles is on the plugin's allow-list
     if hasattr(torch.serialization, "get_unsafe_globals_in_checkpoint"):
@@ -61,20 +75,20 @@ def test_train_generate_interactive(run, toy_data_bin, tmp_path):
         unsafe = set(torch.serialization.get_unsafe_globals_in_checkpoint(str(ckpt)))
         assert unsafe <= allowed, unsafe - allowed
 
-    gen = run_cli(
+    generated = command(
         "fairseq-generate", toy_data_bin, "--user-dir", USER_DIR,
         "--path", ckpt, "--gen-subset", "test", "--beam", "2", "--max-len-b", "10",
         "--batch-size", "4", *COMMON_ARGS,
     )
-    assert hypothesis_ids(gen.stdout) == list(range(TOY_SIZES["test"]))
-    assert "BLEU" in gen.stdout
+    assert hypothesis_ids(generated) == list(range(TOY_SIZES["test"]))
+    assert "BLEU" in generated
 
-    inter = run_cli(
+    interactive = command(
         "fairseq-interactive", toy_data_bin, "--user-dir", USER_DIR,
         "--path", ckpt, "--source-lang", "en", "--target-lang", "de",
         "--beam", "2", "--max-len-b", "10", "--cpu",
         input=RAW_INPUT,
     )
-    assert hypothesis_ids(inter.stdout) == [0, 1]
-    sources = re.findall(r"^S-\d+\t(.*)$", inter.stdout, re.M)
+    assert hypothesis_ids(interactive) == [0, 1]
+    sources = re.findall(r"^S-\d+\t(.*)$", interactive, re.M)
     assert sources == RAW_INPUT.splitlines()

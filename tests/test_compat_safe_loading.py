@@ -16,7 +16,7 @@ import torch
 from packaging.version import Version
 
 from conftest import (TINY_MODEL_ARGS, USER_DIR, cli, free_port, run_cli, run_python,
-                      subprocess_env, train_tiny)
+                      run_cli_in_process, subprocess_env, tiny_training)
 
 pytestmark = [
     pytest.mark.skipif(not hasattr(torch.serialization, "get_unsafe_globals_in_checkpoint"),
@@ -35,15 +35,14 @@ def trained_checkpoints(toy_data_bin, tmp_path_factory) -> Path:
     the two epoch checkpoints made the way fairseq's average_checkpoints.py
     makes it."""
     save_dir = tmp_path_factory.mktemp("ckpt")
-    train_tiny(
+    run_cli_in_process("fairseq-train", *tiny_training(
         toy_data_bin, save_dir, max_update=6, extra=[
             "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "2",
             "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
             "--save-interval-updates", "2", "--validate-interval-updates", "2",
             "--eval-bleu", "--eval-bleu-args", '{"beam": 1, "max_len_b": 5}',
             "--best-checkpoint-metric", "bleu", "--maximize-best-checkpoint-metric",
-        ],
-    )
+        ]))
     names = sorted(p.name for p in save_dir.glob("*.pt"))
     assert {"checkpoint1.pt", "checkpoint2.pt", "checkpoint_best.pt",
             "checkpoint_last.pt"} <= set(names), names

@@ -7,7 +7,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from conftest import COMMON_ARGS, REPO, USER_DIR, run_cli
+from conftest import COMMON_ARGS, REPO, USER_DIR, run_cli, run_cli_in_process
 from test_logic_inference import logic_data  # noqa: F401  (fixture)
 from test_pos_tagging import treebank  # noqa: F401  (fixture)
 from test_relation_classification import toy_tacred  # noqa: F401  (fixture)
@@ -94,8 +94,9 @@ def test_hydra_trains_the_model_that_fairseq_train_trains(config, data, override
     run_cli("fairseq-hydra-train", "--config-dir", CONFIGS, "--config-name", config,
             *hydra_overrides(config, {**run, "checkpoint.save_dir": tmp_path / "hydra"}),
             cwd=tmp_path)
+    # fairseq-train's entry point here: the plugin is loaded in both processes
     flags = train_flags(composed(config, {**run, "checkpoint.save_dir": tmp_path / "argparse"}))
-    run_cli("fairseq-train", *flags, *COMMON_ARGS, cwd=tmp_path)
+    run_cli_in_process("fairseq-train", *flags, *COMMON_ARGS)
 
     states = [torch.load(tmp_path / run_dir / "checkpoint_last.pt", weights_only=True)
               for run_dir in ("hydra", "argparse")]

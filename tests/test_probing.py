@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import TOY_SIZES, train_tiny
+from conftest import TOY_SIZES, run_cli_in_process, tiny_training
 from test_plots import one_torch_thread  # noqa: F401  (autouse: one torch thread)
 
 from fairseq_posattn.analysis import probe as probe_cli
@@ -31,7 +31,8 @@ HYBRID_ARGS = (
 @pytest.fixture(scope="module")
 def hybrid_checkpoint(toy_struct_bin, tmp_path_factory):
     save_dir = tmp_path_factory.mktemp("hybrid")
-    train_tiny(toy_struct_bin, save_dir, arch="onlstm_san_transformer", extra=HYBRID_ARGS)
+    run_cli_in_process("fairseq-train", *tiny_training(
+        toy_struct_bin, save_dir, arch="onlstm_san_transformer", extra=HYBRID_ARGS))
     return save_dir / "checkpoint_last.pt"
 
 
@@ -63,7 +64,7 @@ def test_dump_states_writes_every_part(hybrid_checkpoint, toy_raw, tmp_path, cap
 
 
 def test_fairseqs_own_transformer_has_a_san_part_only(toy_data_bin, toy_raw, tmp_path):
-    train_tiny(toy_data_bin, tmp_path / "ckpt", arch="transformer", max_update=2)
+    run_cli_in_process("fairseq-train", *tiny_training(toy_data_bin, tmp_path / "ckpt", max_update=2))
     out = tmp_path / "states.npz"
     checkpoint = tmp_path / "ckpt" / "checkpoint_last.pt"
     states_cli.cli_main([str(toy_raw / "test.en"), "--path", str(checkpoint),

@@ -10,20 +10,29 @@ from conftest import REPO, run
 pytestmark = pytest.mark.slow  # command lines, recipes, training
 
 
-@pytest.mark.parametrize("structure", ["on", "off"])
-def test_quickstart_runs_every_step(structure, tmp_path):
-    proc = run(
-        ["bash", REPO / "examples" / "quickstart" / "run.sh"],
-        env={"WORK": str(tmp_path), "TRAIN_SIZE": "200", "MAX_UPDATE": "3",
-             "STRUCTURE": structure, "THREADS": "1"},
-        timeout=600,
-    )
-    log = proc.stdout + proc.stderr
-    assert re.search(r"\[quickstart\] 300 test sentences, \d+ translated exactly", log)
-    assert re.search(r"\[quickstart\] BLEU = [\d.]+", log)
-    assert "sacrebleu signature: nrefs:1" in log
-    arch = "transformer_struct" if structure == "on" else "transformer_posattn --relative-positions"
-    assert f"--task translation_struct --arch {arch}" in log
-    # two raw sentences translated by fairseq-interactive after BPE and parsing
-    assert len(re.findall(r"^\[quickstart\]   D-\d+  ", log, re.M)) == 2
+def test_quickstart_runs_every_step_with_and_without_structure(tmp_path):
+    """STRUCTURE=on, then STRUCTURE=off in the same WORK: the second run
+    reuses the corpus, the BPE'd text and the binarized data with its trees,
+    and trains, decodes and translates with its own model."""
+    logs = {}
+    for structure in ("on", "off"):
+        proc = run(
+            ["bash", REPO / "examples" / "quickstart" / "run.sh"],
+            env={"WORK": str(tmp_path), "TRAIN_SIZE": "200", "MAX_UPDATE": "3",
+                 "STRUCTURE": structure, "THREADS": "1"},
+            timeout=600,
+        )
+        log = logs[structure] = proc.stdout + proc.stderr
+        assert re.search(r"\[quickstart\] 300 test sentences, \d+ translated exactly", log)
+        assert re.search(r"\[quickstart\] BLEU = [\d.]+", log)
+        assert "sacrebleu signature: nrefs:1" in log
+        arch = "transformer_struct" if structure == "on" else "transformer_posattn --relative-positions"
+        assert f"--task translation_struct --arch {arch}" in log
+        # two raw sentences translated by fairseq-interactive after BPE and parsing
+        assert len(re.findall(r"^\[quickstart\]   D-\d+  ", log, re.M)) == 2
     assert (tmp_path / "data-bin-bpe150" / "train.en-de.en.trees.bin").exists()
+    assert "writing the toy corpus" in logs["on"]
+    for reused in ("reusing the corpus in", "reusing the BPE'd corpus in", "reusing the binarized data in"):
+        assert reused in logs["off"]
+    assert (tmp_path / "checkpoints" / "transformer_struct" / "checkpoint_best.pt").exists()
+    assert (tmp_path / "checkpoints" / "transformer_posattn-rel" / "checkpoint_best.pt").exists()

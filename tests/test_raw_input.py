@@ -11,7 +11,7 @@ import sys
 
 import pytest
 import torch
-from conftest import USER_DIR, run_cli, train_tiny
+from conftest import USER_DIR, run_cli, run_cli_in_process, tiny_training
 from fairseq.data import Dictionary, data_utils
 
 from fairseq_posattn.errors import quoted, unusual_characters
@@ -157,8 +157,9 @@ def raw_checkpoints(toy_struct_bin, tmp_path_factory):
     for kind, task, arch in (("struct", "translation_struct", "transformer_struct"),
                              ("plain", "translation", "transformer_posattn")):
         save = tmp_path_factory.mktemp(f"raw-{kind}")
-        train_tiny(toy_struct_bin, save, arch=arch, max_update=2,
-                   extra=["--task", task, "--disable-validation", "--no-epoch-checkpoints"])
+        run_cli_in_process("fairseq-train", *tiny_training(
+            toy_struct_bin, save, arch=arch, max_update=2,
+            extra=["--task", task, "--disable-validation", "--no-epoch-checkpoints"]))
         checkpoints[kind] = save / "checkpoint_last.pt"
     return checkpoints
 

@@ -8,11 +8,12 @@ as the WMT14, NIST and Multi30k files (sgm, several references, Chinese)."""
 import json
 import random
 import re
+import shutil
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO, run, run_cli
+from conftest import REPO, run, run_cli_in_process
 
 from fairseq_posattn.toy_corpus import detokenize, generate_splits
 
@@ -247,9 +248,26 @@ def multi30k_files(data: Path, seed: int) -> Path:
     return data
 
 
-def test_multi30k_recipe_hybrid_sentencepiece(tmp_path):
-    data = multi30k_files(tmp_path / "multi30k", seed=9)
+@pytest.fixture(scope="module")
+def multi30k_prepared(tmp_path_factory):
+    """The toy Multi30k files and a WORK where the recipe has done stages 1-4
+    (raw text cut to TRAIN_SIZE=40 training pairs, tokenized, BPE, binarized):
+    the Multi30k tests go on from a copy of it."""
+    root = tmp_path_factory.mktemp("multi30k")
+    data = multi30k_files(root / "data", seed=5)
+    recipe("multi30k_en_de", {"DATA": str(data), "TRAIN_SIZE": "40", "TO_STAGE": "4"}, root / "work")
+    return data, root / "work"
+
+
+def prepared_work(multi30k_prepared, tmp_path) -> Path:
+    """A copy of the prepared Multi30k WORK under ``tmp_path``."""
     work = tmp_path / "work"
+    shutil.copytree(multi30k_prepared[1], work, symlinks=True)
+    return work
+
+
+def test_multi30k_recipe_hybrid_sentencepiece(multi30k_prepared, tmp_path):
+    data, work = multi30k_prepared[0], prepared_work(multi30k_prepared, tmp_path)
     log = recipe("multi30k_en_de", {
         "DATA": str(data), "SUBWORD": "spm", "ARCH": "onlstm_san_transformer", "TRAIN_SIZE": "40",
         "MODEL_ARGS": TINY["MODEL_ARGS"] + " --encoder-recurrent-layers 1",
@@ -265,9 +283,9 @@ def test_multi30k_recipe_hybrid_sentencepiece(tmp_path):
 # ---------------------------------------------------------------------------
 # Multi30k: seeds, recorded settings, control trees, exported results
 
-def test_multi30k_recipe_seeds_settings_and_control_trees(tmp_path):
-    data = multi30k_files(tmp_path / "multi30k", seed=5)
-    work, export = tmp_path / "work", tmp_path / "export"
+def test_multi30k_recipe_seeds_settings_and_control_trees(multi30k_prepared, tmp_path):
+    data, work = multi30k_prepared[0], prepared_work(multi30k_prepared, tmp_path)
+    export = tmp_path / "export"
     env = {"DATA": str(data), "PARSER": "spacy", "ARCH": "transformer_struct", "SEED": "2",
            "EXPORT_DIR": str(export)}
     recipe("multi30k_en_de", env, work)
@@ -402,12 +420,12 @@ def test_pos_tagging_recipe(tmp_path):
             assert "accuracy" in summary["validations"][-1]
             assert json.loads((run_dir / "test.json").read_text())["words"] > 0
     # the table from the exported files alone is the recipe's
-    table = run_cli("fairseq-posattn-pos-table", export)
-    assert table.stdout.strip() and table.stdout.strip() in proc.stdout
+    table = run_cli_in_process("fairseq-posattn-pos-table", export)
+    assert table.strip() and table.strip() in proc.stdout
 
     # a finished run is not trained again; other settings in its directory are refused
     again = run(["bash", REPO / "examples" / "pos_tagging" / "run.sh"], env=env, timeout=600)
-    assert "seed 1:" not in again.stderr and table.stdout.strip() in again.stdout
+    assert "seed 1:" not in again.stderr and table.strip() in again.stdout
     (work / "UD_Toy-Tiny" / "san" / "seed1" / "test.json").unlink()
     proc = run(["bash", REPO / "examples" / "pos_tagging" / "run.sh"],
                env={**env, "MAX_EPOCH": "3", "VARIANTS": "san", "SEEDS": "1"}, check=False, timeout=600)
@@ -415,12 +433,12 @@ def test_pos_tagging_recipe(tmp_path):
     assert f"{work / 'UD_Toy-Tiny' / 'san' / 'seed1'} already holds a run with other settings" in proc.stderr
 
 
-def test_ablation_checks_the_parameter_matched_row_and_names_the_budget_rows(tmp_path):
+def test_ablation_checks_the_parameter_matched_row_and_names_the_budget_rows(multi30k_prepared, tmp_path):
     """H is trained only when its parameter count is within 2% of E's (at the
     recipe's model size it is); X2 is row X at 2000 updates, under a name of its own."""
-    data = multi30k_files(tmp_path / "multi30k", seed=3)
+    data, work = multi30k_prepared[0], prepared_work(multi30k_prepared, tmp_path)
     ablation = REPO / "examples" / "multi30k_en_de" / "ablation.sh"
-    env = {"DATA": str(data), "WORK": str(tmp_path / "work"), "EXPORT_DIR": str(tmp_path / "export"),
+    env = {"DATA": str(data), "WORK": str(work), "EXPORT_DIR": str(tmp_path / "export"),
            "BPE_MERGES": "100", "WORKERS": "1"}
     proc = run(["bash", ablation, "--check", "H:1", "C2:1", "G:1"], env=env, timeout=300)
     match = re.search(r"parameters: (\d+) for transformer .*--encoder-ffn-embed-dim 1920, "
@@ -428,7 +446,7 @@ def test_ablation_checks_the_parameter_matched_row_and_names_the_budget_rows(tmp
     assert match and abs(int(match[1]) / int(match[2]) - 1) <= 0.02
     assert "run transformer_struct_max_update_2000.seed1" in proc.stderr
     assert "run onlstm_san_transformer_encoder_recurrent_cell_lstm.seed1" in proc.stderr
-    assert not (tmp_path / "work" / "checkpoints").exists()
+    assert not (work / "checkpoints").exists()
 
     # at another model size the widened FFN no longer matches: refused before anything trains
     small = {**env, "MODEL_ARGS": TINY["MODEL_ARGS"]}
@@ -437,7 +455,7 @@ def test_ablation_checks_the_parameter_matched_row_and_names_the_budget_rows(tmp
     refused = re.search(r"the model has (\d+) parameters but PARAMS_LIKE='onlstm_san_transformer' "
                         r"has (\d+): more than 0.02 apart", proc.stderr)
     assert refused and abs(int(refused[1]) / int(refused[2]) - 1) > 0.02
-    assert not (tmp_path / "work" / "checkpoints").exists()
+    assert not (work / "checkpoints").exists()
 
 
 @pytest.mark.parametrize("jobs, message", [(["A:1", "Z:1"], "unknown row 'Z' in job 'Z:1' (rows: A B C D E F G H W, and X2"),
