@@ -13,7 +13,6 @@ each round (wall clock and the process's CPU time).
 """
 
 import argparse
-import json
 import os
 import statistics
 import time
@@ -22,7 +21,7 @@ import torch
 
 from ..compat.checkpoint_integrity import verify_checkpoint
 from ..models.from_flags import build_model_from_flags
-from .timing import per_repeat_ratios
+from .timing import per_repeat_ratios, write_json
 
 
 def save_base_checkpoint(path: str, vocab: int) -> int:
@@ -78,8 +77,7 @@ def main(argv=None) -> dict:
                   statistics.median(times["torch.load"][clock]), statistics.median(ratios),
                   min(ratios), max(ratios)))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
+        write_json(args.json, result)
     return result
 
 

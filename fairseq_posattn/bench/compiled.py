@@ -1,38 +1,20 @@
-"""``torch.compile`` (inductor) as a way to fuse the element-wise work, measured.
+"""``torch.compile`` (inductor) against eager over one stream of fairseq-like batch shapes.
 
     fairseq-posattn-bench-compile                       # rows shaw, struct, bilan, conv2d, onlstm
     fairseq-posattn-bench-compile --rows struct --batches 6 --max-tokens 2048
 
-fairseq's batches change shape every update (B sentences of T tokens, sorted
-by length, B x T up to ``--max-tokens``), and a compiled module recompiles
-for a new shape until dynamo has marked its dimensions dynamic.  For each
-row, eager and compiled, over one stream of such batches, this measures
-
-* the compile cost: the first pass over the stream, beyond the eager first
-  pass, and the graphs dynamo compiled (each after the first is a
-  recompilation), the graph breaks, and the graphs compiled for a batch
-  shape met a second time (should be none);
-* that compiled computes what eager computes: the largest difference of
-  their inference outputs on the first batch (the same weights, eval mode);
-* the steady state: a training step (forward, backward of the output's sum)
-  and an inference step (``no_grad``, eval mode), summed over the stream,
-  median over ``--repeats`` further passes, and compiled / eager.
-
-Rows:
-
-* attention rows, labels of ``fairseq-posattn-bench`` (``shaw``, ``struct``,
-  ``bilan``, ``conv2d``, ``temp``, ...): the model's encoder (embeddings,
-  attention layers with their bias and post-softmax terms, feed-forward
-  layers) eager, and compiled whole with ``torch.compile(encoder)``;
-* ``onlstm``: one bidirectional ON-LSTM layer (Hao et al. 2019, Eq. 3-9);
-  eager is the package's path (the C++ cell on the CPU, Triton on CUDA, each
-  with its hand-written backward), compiled is the layer on the reference
-  (``--encoder-recurrent-kernel reference``) compiled whole by inductor,
-  autograd's backward.
+fairseq's batches change shape every update (B x T up to ``--max-tokens``),
+and a compiled module recompiles for new shapes until dynamo marks them
+dynamic.  Per row, eager and compiled: the compile cost (the first pass beyond
+eager's, the graphs, graph breaks, and graphs compiled for a shape met again),
+the largest difference of their inference outputs, and the median training and
+inference pass over the stream.  Attention rows (labels of
+``fairseq-posattn-bench``) compile the model's encoder whole; ``onlstm`` is one
+bidirectional ON-LSTM layer (Hao et al. 2019, Eq. 3-9), eager on the path
+``auto`` takes, compiled on the reference with autograd's backward.
 """
 
 import argparse
-import json
 import logging
 import statistics
 import time
@@ -44,7 +26,8 @@ import torch
 
 from ..models.from_flags import stand_in_dictionary
 from ..modules import recurrent
-from .models import ROW_BY_LABEL, build_model, make_batch, make_trees
+from .models import ROW_BY_LABEL, add_size_arguments, build_model, make_batch, make_trees
+from .timing import console_script, write_json
 
 DEFAULT_ROWS = "shaw,struct,bilan,conv2d,onlstm"
 
@@ -178,14 +161,7 @@ def get_parser():
     p.add_argument("--min-length", type=int, default=16)
     p.add_argument("--max-length", type=int, default=64)
     p.add_argument("--repeats", type=int, default=3, help="timed passes over the stream after the first")
-    p.add_argument("--embed-dim", type=int, default=512)
-    p.add_argument("--ffn-dim", type=int, default=2048)
-    p.add_argument("--heads", type=int, default=8)
-    p.add_argument("--layers", type=int, default=3, help="encoder layers")
-    p.add_argument("--vocab", type=int, default=8000)
-    p.add_argument("--max-positions", type=int, default=256)
-    p.add_argument("--threads", type=int, default=torch.get_num_threads())
-    p.add_argument("--seed", type=int, default=1)
+    add_size_arguments(p)
     p.add_argument("--json", default="", help="also write the results here")
     return p
 
@@ -220,15 +196,12 @@ def main(argv: Optional[Sequence[str]] = None) -> List[dict]:
           + f"; times summed over the stream, median of {settings.repeats} passes")
     print(format_table(results))
     if settings.json:
-        with open(settings.json, "w") as out:
-            json.dump({"shapes": shapes, "settings": vars(settings), "torch": torch.__version__,
-                       "rows": results}, out, indent=1)
+        write_json(settings.json, {"shapes": shapes, "settings": vars(settings), "torch": torch.__version__,
+                                   "rows": results})
     return results
 
 
-def cli_main(argv: Optional[Sequence[str]] = None) -> None:
-    """The console script: :func:`main` without its return value."""
-    main(argv)
+cli_main = console_script(main)
 
 
 if __name__ == "__main__":
