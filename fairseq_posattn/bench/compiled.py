@@ -39,65 +39,59 @@ def batch_shapes(count: int, max_tokens: int, min_length: int, max_length: int, 
     return [(max(1, max_tokens // int(t)), int(t)) for t in lengths]
 
 
-class EncoderRow:
-    """A model's encoder on left-padded batches (trees for the struct row)."""
+class StreamRow:
+    """A module over the stream's inputs (``inputs[i]``: positional and keyword
+    arguments), ``output`` picking the tensor out of what it returns; eager, or
+    compiled whole after ``before_compile(module)``."""
 
-    def __init__(self, label: str, settings, shapes):
-        row = ROW_BY_LABEL[label]
-        dictionary = stand_in_dictionary(settings.vocab)
-        torch.manual_seed(settings.seed)
-        self.encoder = build_model(row, settings, dictionary).encoder
-        self.inputs = []
-        for i, (b, t) in enumerate(shapes):
-            src, lengths, _, _ = make_batch(SimpleNamespace(batch=b, length=t, seed=settings.seed + i),
-                                            dictionary, torch.device("cpu"))
-            trees = make_trees(lengths, t, settings.seed + i) if row.trees else {}
-            self.inputs.append((src, lengths, trees))
-        self.run = self.encoder
+    def __init__(self, module, inputs, output=lambda out: out, before_compile=lambda module: None):
+        self.module, self.run, self.inputs, self.output = module, module, inputs, output
+        self.before_compile = before_compile
 
     def compile(self):
-        self.run = torch.compile(self.encoder)
+        self.before_compile(self.module)
+        self.run = torch.compile(self.module)
 
     def step(self, i: int, train: bool) -> torch.Tensor:
-        src, lengths, trees = self.inputs[i]
-        self.encoder.train(train)
-        out = self.run(src, lengths, **trees)["encoder_out"][0]
+        args, kwargs = self.inputs[i]
+        self.module.train(train)
+        out = self.output(self.run(*args, **kwargs))
         if train:
             out.float().sum().backward()
-            self.encoder.zero_grad(set_to_none=True)
+            self.module.zero_grad(set_to_none=True)
+            for tensor in args:
+                tensor.grad = None
         return out
 
 
-class ONLSTMRow:
-    """One bidirectional ON-LSTM layer on right-padded batches: eager is the
-    package's path for this device (``--encoder-recurrent-kernel auto``),
-    compiled the layer on the reference compiled by inductor."""
+def encoder_row(label: str, settings, shapes) -> StreamRow:
+    """A model's encoder on left-padded batches (trees for the struct row)."""
+    row = ROW_BY_LABEL[label]
+    dictionary = stand_in_dictionary(settings.vocab)
+    torch.manual_seed(settings.seed)
+    inputs = []
+    for i, (b, t) in enumerate(shapes):
+        src, lengths, _, _ = make_batch(SimpleNamespace(batch=b, length=t, seed=settings.seed + i),
+                                        dictionary, torch.device("cpu"))
+        inputs.append(((src, lengths), make_trees(lengths, t, settings.seed + i) if row.trees else {}))
+    return StreamRow(build_model(row, settings, dictionary).encoder, inputs, lambda out: out["encoder_out"][0])
 
-    def __init__(self, settings, shapes):
-        torch.manual_seed(settings.seed)
-        self.layer = recurrent.RecurrentLayer(settings.embed_dim, "onlstm")
-        self.run = self.layer
-        g = torch.Generator().manual_seed(settings.seed)
-        self.inputs = []
-        for b, t in shapes:
-            lengths = torch.randint(t // 2, t + 1, (b,), generator=g)
-            lengths[0] = t
-            self.inputs.append((torch.randn(t, b, settings.embed_dim, generator=g, requires_grad=True), lengths))
 
-    def compile(self):
-        self.layer.rnn.kernel = "reference"
-        self.run = torch.compile(self.layer)
+def onlstm_row(settings, shapes) -> StreamRow:
+    """One bidirectional ON-LSTM layer on right-padded batches: eager on the path
+    ``auto`` takes on this device, compiled on the reference."""
+    torch.manual_seed(settings.seed)
+    g = torch.Generator().manual_seed(settings.seed)
+    inputs = []
+    for b, t in shapes:
+        lengths = torch.randint(t // 2, t + 1, (b,), generator=g)
+        lengths[0] = t
+        inputs.append(((torch.randn(t, b, settings.embed_dim, generator=g, requires_grad=True), lengths), {}))
 
-    def step(self, i: int, train: bool) -> torch.Tensor:
-        x, lengths = self.inputs[i]
-        if not train:
-            with torch.no_grad():
-                return self.run(x, lengths)
-        out = self.run(x, lengths)
-        out.sum().backward()
-        self.layer.zero_grad(set_to_none=True)
-        x.grad = None
-        return out
+    def on_the_reference(layer):
+        layer.rnn.kernel = "reference"
+
+    return StreamRow(recurrent.RecurrentLayer(settings.embed_dim, "onlstm"), inputs, before_compile=on_the_reference)
 
 
 def _pass(row, count: int) -> tuple:
@@ -128,7 +122,7 @@ def measure(label: str, settings, shapes) -> dict:
     result = {"row": label}
     outputs = {}
     for mode in ("eager", "compiled"):
-        row = ONLSTMRow(settings, shapes) if label == "onlstm" else EncoderRow(label, settings, shapes)
+        row = onlstm_row(settings, shapes) if label == "onlstm" else encoder_row(label, settings, shapes)
         if mode == "compiled":
             row.compile()
         first = _pass(row, len(shapes))
