@@ -39,7 +39,7 @@ def sentences_per_second(step, batches, batch_size, seconds) -> float:
 
 
 def collaters(batches, vocab_size=1000):
-    """fairseq's collater and ours over the same sentences (random tokens)."""
+    """fairseq's dataset and ours over the same sentences (random tokens), each with its batches' items."""
     from fairseq.data import LanguagePairDataset
 
     from ..data.tree_dataset import TreeLanguagePairDataset
@@ -53,12 +53,10 @@ def collaters(batches, vocab_size=1000):
     sizes = np.array([len(t) for t in tokens])
     pairs = LanguagePairDataset(tokens, sizes, vocab, tokens, sizes, vocab)
     trees = TreeLanguagePairDataset(pairs, [encode_piece_tree(h, w) for h, w in zip(heads, words)])
-    size = len(batches[0][0])
-    index_batches = [list(range(i, i + size)) for i in range(0, len(tokens), size)]
-    return {
-        "fairseq LanguagePairDataset.collater": (pairs, index_batches),
-        "TreeLanguagePairDataset.collater": (trees, index_batches),
-    }
+    starts = range(0, len(tokens), len(batches[0][0]))
+    return {name: (dataset, [[dataset[i] for i in range(start, start + len(batches[0][0]))] for start in starts])
+            for name, dataset in (("fairseq LanguagePairDataset.collater", pairs),
+                                  ("TreeLanguagePairDataset.collater", trees))}
 
 
 def main(argv=None) -> dict:
@@ -88,8 +86,7 @@ def main(argv=None) -> dict:
         batches, args.batch, args.seconds)
     print("batch_piece_structure: %.0f sentences/s (%.1f pieces/sentence, batch %d, 1 thread)"
           % (rate, pieces, args.batch))
-    datasets = {name: (dataset, [[dataset[i] for i in indices] for indices in index_batches])
-                for name, (dataset, index_batches) in collaters(batches).items()}
+    datasets = collaters(batches)
     rates = {name: [] for name in datasets}
     for _ in range(args.rounds):
         for name, (dataset, items) in datasets.items():

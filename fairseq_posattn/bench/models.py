@@ -3,16 +3,13 @@
     fairseq-posattn-bench
     fairseq-posattn-bench --rows stock,P,shaw --config wmt --fp16 --json out.json
 
-Per row, in one run at one model size and batch (``--config``): time per
-update (forward + backward + Adam) and per inference batch, K consecutive
-calls a repeat (:mod:`.timing`), the rows interleaved; beam-search speed; peak
-training memory.  Each is a ratio to the row's baseline, with the range of the
-per-repeat ratios: fairseq's stock ``transformer`` of the same size, or for the
-ON-LSTM/LSTM + SAN hybrids one with as many encoder layers (``stock-deep``, as
-Hao et al. 2019 compare in Table 1).  Inference is timed after the beam search,
-as a stream of batches sees the weights (the ON-LSTM lays updated weights out
-for oneDNN on its first no-grad call).  ``--profile LABEL`` instead prints
-where one row's time goes.  The manual: docs/benchmarks.md.
+Per row, at one model size and batch (``--config``): time per update and per
+inference batch (K consecutive calls a repeat, :mod:`.timing`, the rows
+interleaved), beam-search speed and peak training memory, each a ratio to the
+row's baseline with the range of the per-repeat ratios.  Inference is timed
+after the beam search, as a stream of batches sees the weights (the ON-LSTM
+lays updated weights out for oneDNN on its first no-grad call).  The rows, the
+baselines and the figures' definitions: docs/benchmarks.md.
 """
 
 import argparse
@@ -22,7 +19,6 @@ import gc
 import multiprocessing
 import os
 import statistics
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -40,7 +36,7 @@ from ..kernels.candidates import onlstm_cuda_graphs
 from ..structure import batch_trees_of_pieces
 from ..structure.control_trees import random_projective_heads
 from .timing import (PHASES, TIME_COLUMNS, Timer, add_precision_arguments, add_timing_arguments, console_script,
-                     first_calls, interleaved, per_repeat_ratios, phase_figures, synchronize, time_cells, write_json)
+                     finish, first_calls, interleaved, per_repeat_ratios, phase_figures, synchronize, time_cells)
 from .verdict import outside_band, run_notes
 
 
@@ -249,11 +245,8 @@ def _proc_status_bytes(key: str) -> int:
 
 def _tensor_bytes(runner: "Runner") -> int:
     """Parameters and optimizer state: what lives between updates."""
-    total = sum(p.numel() * p.element_size() for p in runner.model.parameters())
-    total += sum(p.numel() * p.element_size() for p in runner.master or ())
-    for state in runner.optimizer.state.values():
-        total += sum(v.numel() * v.element_size() for v in state.values() if torch.is_tensor(v))
-    return total
+    state = [v for values in runner.optimizer.state.values() for v in values.values() if torch.is_tensor(v)]
+    return sum(t.numel() * t.element_size() for t in [*runner.model.parameters(), *(runner.master or ()), *state])
 
 
 def _cpu_peak_memory(row: BenchRow, settings) -> float:
@@ -301,16 +294,12 @@ def measure_memory(rows: List[BenchRow], settings, device) -> Dict[str, float]:
 def sdpa_backends(step) -> Dict[str, int]:
     """How many of the ``scaled_dot_product_attention`` calls of ``step()``
     went to each backend, by PyTorch's own dispatch rule for their arguments
-    (``torch._fused_sdp_choice``; ``{}`` where this torch lacks it)."""
-    choose = getattr(torch, "_fused_sdp_choice", None)
-    if choose is None:
-        step()
-        return {}
+    (``torch._fused_sdp_choice``)."""
     counts: Dict[str, int] = {}
     fused = F.scaled_dot_product_attention
 
     def counting(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, **kwargs):
-        backend = SDPBackend(choose(query, key, value, attn_mask, dropout_p, is_causal)).name
+        backend = SDPBackend(torch._fused_sdp_choice(query, key, value, attn_mask, dropout_p, is_causal)).name
         counts[backend] = counts.get(backend, 0) + 1
         return fused(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, **kwargs)
 
@@ -606,13 +595,7 @@ def main(argv=None):
         f"device={report['device']} {report['dtype']} threads={report['threads']} torch={report['torch']}, "
         f"median of {settings.repeats} interleaved repeats of at least {settings.min_repeat_ms:g} ms"
     )
-    print(format_table(report))
-    if settings.json:
-        write_json(settings.json, report)
-        print(f"wrote {settings.json}", file=sys.stderr)
-    if report["failed"]:
-        raise SystemExit(f"rows not measured: {', '.join(report['failed'])}")
-    return report
+    return finish(report, format_table(report), settings.json)
 
 
 cli_main = console_script(main)

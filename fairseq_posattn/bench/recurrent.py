@@ -22,8 +22,9 @@ from typing import Callable, List, NamedTuple, Optional
 import torch
 
 from fairseq_posattn.bench.timing import (PHASES, TIME_COLUMNS, Timer, add_precision_arguments, add_timing_arguments,
-                                          console_script, first_calls, interleaved, phase_figures, synchronize,
-                                          time_cells, write_json)
+                                          console_script, finish, first_calls, interleaved, phase_figures, synchronize,
+                                          time_cells)
+from fairseq_posattn.bench.verdict import run_notes
 from fairseq_posattn.kernels import candidates, dispatch, onednn
 from fairseq_posattn.modules.recurrent import RecurrentLayer
 
@@ -163,27 +164,30 @@ def profile_table(args, row_limit=15):
 
     x, rows = build(args)
     row = rows[ONLSTM]
-    for _ in range(2):  # warm-up
-        train_step(x, row)
-    row.module.zero_grad(set_to_none=True)
-    x.grad = None
-    with profile() as prof:
+
+    def train():
+        row.module.zero_grad(set_to_none=True)
+        x.grad = None
         with record_function("forward"):
             out = row.fn().sum()
         with record_function("backward"):
             out.backward()
-    with profile() as prof_infer:
-        infer_step(row)
+
+    for _ in range(2):  # warm-up
+        train()
     tables = []
-    for title, events in (("train step", prof.key_averages()), ("inference step", prof_infer.key_averages())):
+    for title, step in (("train step", train), ("inference step", functools.partial(infer_step, row))):
+        with profile() as prof:
+            step()
+        events = prof.key_averages()
         phases = {e.key: e.cpu_time_total for e in events if e.key in ("forward", "backward")}
-        ops = [e for e in events if e.key not in ("forward", "backward")]
+        ops = [e for e in events if e.key not in phases]
         total = sum(e.self_cpu_time_total for e in ops)
         matmul = sum(e.self_cpu_time_total for e in ops if e.key in MATMULS)
-        head = "ON-LSTM layer, one %s under the profiler: %.1f ms self CPU, of which matmuls %.1f ms (%.0f%%)" % (
-            title, total / 1e3, matmul / 1e3, 100.0 * matmul / total)
+        head = (f"ON-LSTM layer, one {title} under the profiler: {total / 1e3:.1f} ms self CPU, of which matmuls "
+                f"{matmul / 1e3:.1f} ms ({100.0 * matmul / total:.0f}%)")
         if phases:
-            head += "; forward %.1f ms, backward %.1f ms" % (phases["forward"] / 1e3, phases["backward"] / 1e3)
+            head += f"; forward {phases['forward'] / 1e3:.1f} ms, backward {phases['backward'] / 1e3:.1f} ms"
         tables.append(head + "\n" + events.table(sort_by="self_cpu_time_total", row_limit=row_limit))
     return "\n".join(tables)
 
@@ -209,23 +213,16 @@ def main(argv=None):
     print("d=%(dim)d T=%(seq_len)d B=%(batch)d directions=%(directions)d %(dtype)s %(device)s, %(threads)d threads, "
           "torch %(torch)s, median of %(repeats)d interleaved repeats of at least %(min_repeat_ms)g ms" % cfg
           + ", layer lengths " + lengths)
-    print(f"{'row':<24} {'params':>10} {TIME_COLUMNS}  base")
-    for r in result["rows"]:
-        print(f"{r['label']:<24} {r['params']:>10,} {time_cells(r)}  {r['baseline']}")
-    for label, error in result["failed"].items():
-        print(f"not measured: {label}: {error}")
+    table = [f"{'row':<24} {'params':>10} {TIME_COLUMNS}  base"]
+    table += [f"{r['label']:<24} {r['params']:>10,} {time_cells(r)}  {r['baseline']}" for r in result["rows"]]
+    table += run_notes(result)
     if "lstm_kernels" in result:
         persistent = any("persist" in name.lower() for name in result["lstm_kernels"])
-        print(f"nn.LSTM's GPU kernels in one training step, most time first ({'a' if persistent else 'no'} "
-              "persistent kernel):", "; ".join(result["lstm_kernels"]))
-    if args.json:
-        write_json(args.json, result)
+        table.append(f"nn.LSTM's GPU kernels in one training step, most time first ({'a' if persistent else 'no'} "
+                     "persistent kernel): " + "; ".join(result["lstm_kernels"]))
     if args.profile:
-        print()
-        print(profile_table(args))
-    if result["failed"]:
-        raise SystemExit(f"rows not measured: {', '.join(result['failed'])}")
-    return result
+        table += ["", profile_table(args)]
+    return finish(result, "\n".join(table), args.json)
 
 
 cli_main = console_script(main)

@@ -7,6 +7,7 @@ ratios is the noise of the machine), and their table cells."""
 import json
 import math
 import statistics
+import sys
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -154,6 +155,17 @@ def add_precision_arguments(parser, dest: str, default, what: str) -> None:
 def write_json(path: str, report) -> None:
     with open(path, "w") as out:
         json.dump(report, out, indent=1)
+
+
+def finish(report: dict, table: str, path: str) -> dict:
+    """Print ``table``, write ``report`` to ``path`` (if given); exit with an error if rows did not run."""
+    print(table)
+    if path:
+        write_json(path, report)
+        print(f"wrote {path}", file=sys.stderr)
+    if report["failed"]:
+        raise SystemExit(f"rows not measured: {', '.join(report['failed'])}")
+    return report
 
 
 def console_script(main: Callable) -> Callable:
