@@ -3,15 +3,12 @@
     fairseq-posattn-bench-compile                       # rows shaw, struct, bilan, conv2d, onlstm
     fairseq-posattn-bench-compile --rows struct --batches 6 --max-tokens 2048
 
-fairseq's batches change shape every update (B x T up to ``--max-tokens``),
-and a compiled module recompiles for new shapes until dynamo marks them
-dynamic.  Per row, eager and compiled: the compile cost (the first pass beyond
-eager's, the graphs, graph breaks, and graphs compiled for a shape met again),
-the largest difference of their inference outputs, and the median training and
-inference pass over the stream.  Attention rows (labels of
-``fairseq-posattn-bench``) compile the model's encoder whole; ``onlstm`` is one
-bidirectional ON-LSTM layer (Hao et al. 2019, Eq. 3-9), eager on the path
-``auto`` takes, compiled on the reference with autograd's backward.
+Per row, eager and compiled: the compile cost (the first pass beyond eager's;
+the graphs, graph breaks, and graphs compiled for a shape met again), the
+largest difference of their inference outputs, and the median training and
+inference pass over the stream.  Attention rows (``fairseq-posattn-bench``
+labels) compile the encoder whole; ``onlstm`` is one ON-LSTM layer (Hao et
+al. 2019, Eq. 3-9), eager on ``auto``'s path, compiled on the reference.
 """
 
 import argparse
@@ -130,20 +127,14 @@ def measure(label: str, settings, shapes) -> dict:
             outputs[mode] = row.step(0, train=False).float()
         after_first = _dynamo_counts()
         passes = [_pass(row, len(shapes)) for _ in range(settings.repeats)]
-        result[mode] = {
-            "first_pass_s": sum(first),
-            "train_s": statistics.median(p[0] for p in passes),
-            "infer_s": statistics.median(p[1] for p in passes),
-        }
+        result[mode] = {"first_pass_s": sum(first), "train_s": statistics.median(p[0] for p in passes),
+                        "infer_s": statistics.median(p[1] for p in passes)}
         if mode == "compiled":
-            later = _dynamo_counts()
-            result[mode].update(after_first)
-            result[mode]["graphs_after_first_pass"] = later["graphs"] - after_first["graphs"]
+            result[mode].update(after_first, graphs_after_first_pass=_dynamo_counts()["graphs"] - after_first["graphs"])
     eager, compiled = result["eager"], result["compiled"]
-    result["max_abs_diff"] = (outputs["compiled"] - outputs["eager"]).abs().max().item()
-    result["compile_s"] = compiled["first_pass_s"] - eager["first_pass_s"]
-    result["train_ratio"] = compiled["train_s"] / eager["train_s"]
-    result["infer_ratio"] = compiled["infer_s"] / eager["infer_s"]
+    result.update(max_abs_diff=(outputs["compiled"] - outputs["eager"]).abs().max().item(),
+                  compile_s=compiled["first_pass_s"] - eager["first_pass_s"],
+                  train_ratio=compiled["train_s"] / eager["train_s"], infer_ratio=compiled["infer_s"] / eager["infer_s"])
     return result
 
 

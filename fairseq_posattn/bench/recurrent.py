@@ -5,14 +5,9 @@
     fairseq-posattn-bench-recurrent --min-length 32  # padded batches, lengths 32..64
     fairseq-posattn-bench-recurrent --device cuda --fp16 --unidirectional --batch 128   # cuDNN at its best
 
-Rows: a raw ``nn.LSTM(d, d)`` on the unpadded batch, the reference (named
-for cuDNN's persistent kernel where PyTorch lets cuDNN take it, and on CUDA
-the GPU kernels of one of its training steps are listed); the LSTM and the
-ON-LSTM :class:`RecurrentLayer` on the kernel ``auto`` takes, skipping the
-pads of ``--min-length``'s batch; on CUDA the ON-LSTM on each candidate of
-``--kernels``, against the ON-LSTM row; the ON-LSTM on the reference.  Each is
-timed for training (forward + backward of ``out.sum()``) and inference (no
-grad), K consecutive calls a repeat, as :mod:`.models` does.
+Rows (:func:`build`): ``nn.LSTM`` on the unpadded batch, the reference; the
+LSTM and ON-LSTM layers on ``auto``'s kernel; on CUDA the candidates of
+``--kernels``; the ON-LSTM on the reference.  Timed as :mod:`.models` times.
 """
 
 import argparse
