@@ -225,7 +225,7 @@ def test_the_verdict_reads_each_target_against_the_issues_table(stand_in_steps):
     assert p_row["train"]["ratio"] == pytest.approx(1.5) and not p_row["train"]["passes"]
     assert "peak" not in p_row  # --no-memory
     text = verdict.format_verdict("bench.json", report)
-    assert "posattn-off outside 0.97-1.03 x stock: train repeat 1: 1.050" in text
+    assert "posattn-off (the stock function) outside 0.97-1.03 x stock: train repeat 1: 1.050" in text
     assert "misses: P (where the time goes: PROFILE_ROWS=P bash scripts/gpu_check.sh OUT profile)" in text
 
 

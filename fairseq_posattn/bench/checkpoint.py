@@ -2,18 +2,13 @@
 
     python -m fairseq_posattn.bench.checkpoint --work /tmp/bench-ckpt   # base size, 15 rounds
 
-Builds fairseq's ``transformer_wmt_en_de`` (base size: d=512, 6+6 layers,
-shared embeddings over a joined dictionary of ``--vocab`` symbols), takes
-one Adam step so that the optimizer state exists, and saves model, optimizer
-state and arguments with ``torch.save`` as ``fairseq-train`` does.  Then it
-times, in ``--rounds`` interleaved rounds (the file in the page cache for
-both), :func:`~fairseq_posattn.compat.checkpoint_integrity.verify_checkpoint`
-and ``torch.load`` of the file, and prints their medians and the ratio of
-each round (wall clock and the process's CPU time).
+A base-size ``transformer_wmt_en_de`` with its Adam state, saved as
+``fairseq-train`` saves it; :func:`~fairseq_posattn.compat.checkpoint_integrity.verify_checkpoint`
+and ``torch.load`` of the file timed in ``--rounds`` interleaved rounds (wall
+clock and CPU time).  The manual: docs/reliability.md.
 """
 
 import argparse
-import json
 import os
 import statistics
 import time
@@ -22,7 +17,7 @@ import torch
 
 from ..compat.checkpoint_integrity import verify_checkpoint
 from ..models.from_flags import build_model_from_flags
-from .timing import per_repeat_ratios
+from .timing import per_repeat_ratios, write_json
 
 
 def save_base_checkpoint(path: str, vocab: int) -> int:
@@ -78,8 +73,7 @@ def main(argv=None) -> dict:
                   statistics.median(times["torch.load"][clock]), statistics.median(ratios),
                   min(ratios), max(ratios)))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
+        write_json(args.json, result)
     return result
 
 

@@ -3,14 +3,12 @@
     fairseq-posattn-bench-collate                 # T~30 pieces, B=100, 1 thread, 7 rounds
     fairseq-posattn-bench-collate --words 50 --batch 64 --max-pieces 48
 
-Random projective dependency trees of about ``--words`` words, 1-3 pieces per word (1.25 on average), EOS appended, as
-the ``translation_struct`` collater calls it.  Prints sentences per second on
-one thread (``torch.set_num_threads(1)``) of ``batch_piece_structure`` alone,
-of fairseq's ``LanguagePairDataset`` collater, and of the whole
-``TreeLanguagePairDataset`` collater (fairseq's + trees laid out like the
-left-padded tokens), the two collaters interleaved in ``--rounds`` rounds
-(medians, and the ratio's median and range over rounds), and the bytes per sentence of the batch's structure
-tensors (depths and relative positions) against what int64 would take.
+On random projective trees of about ``--words`` words (1-3 pieces a word), one
+thread: sentences per second of ``batch_piece_structure`` alone, and of
+fairseq's ``LanguagePairDataset`` collater against the whole
+``TreeLanguagePairDataset`` one, interleaved in ``--rounds`` rounds (the
+ratio's median and range over rounds); and the bytes per sentence of the
+batch's structure tensors against int64's.
 """
 
 import argparse
@@ -21,7 +19,7 @@ import torch
 
 from ..structure import batch_piece_structure, encode_piece_tree
 from ..structure.control_trees import random_projective_heads
-from .timing import per_repeat_ratios
+from .timing import console_script, per_repeat_ratios
 
 
 def random_sentence(rng: np.random.Generator, n: int):
@@ -41,7 +39,7 @@ def sentences_per_second(step, batches, batch_size, seconds) -> float:
 
 
 def collaters(batches, vocab_size=1000):
-    """fairseq's collater and ours over the same sentences (random tokens)."""
+    """fairseq's dataset and ours over the same sentences (random tokens), each with its batches' items."""
     from fairseq.data import LanguagePairDataset
 
     from ..data.tree_dataset import TreeLanguagePairDataset
@@ -55,12 +53,10 @@ def collaters(batches, vocab_size=1000):
     sizes = np.array([len(t) for t in tokens])
     pairs = LanguagePairDataset(tokens, sizes, vocab, tokens, sizes, vocab)
     trees = TreeLanguagePairDataset(pairs, [encode_piece_tree(h, w) for h, w in zip(heads, words)])
-    size = len(batches[0][0])
-    index_batches = [list(range(i, i + size)) for i in range(0, len(tokens), size)]
-    return {
-        "fairseq LanguagePairDataset.collater": (pairs, index_batches),
-        "TreeLanguagePairDataset.collater": (trees, index_batches),
-    }
+    starts = range(0, len(tokens), len(batches[0][0]))
+    return {name: (dataset, [[dataset[i] for i in range(start, start + len(batches[0][0]))] for start in starts])
+            for name, dataset in (("fairseq LanguagePairDataset.collater", pairs),
+                                  ("TreeLanguagePairDataset.collater", trees))}
 
 
 def main(argv=None) -> dict:
@@ -90,8 +86,7 @@ def main(argv=None) -> dict:
         batches, args.batch, args.seconds)
     print("batch_piece_structure: %.0f sentences/s (%.1f pieces/sentence, batch %d, 1 thread)"
           % (rate, pieces, args.batch))
-    datasets = {name: (dataset, [[dataset[i] for i in indices] for indices in index_batches])
-                for name, (dataset, index_batches) in collaters(batches).items()}
+    datasets = collaters(batches)
     rates = {name: [] for name in datasets}
     for _ in range(args.rounds):
         for name, (dataset, items) in datasets.items():
@@ -123,9 +118,7 @@ def structure_bytes(dataset, items) -> str:
         stored / sentences, ", ".join(dtypes), as_int64 / sentences)
 
 
-def cli_main(argv=None) -> None:
-    """The console script: :func:`main` without its return value."""
-    main(argv)
+cli_main = console_script(main)
 
 
 if __name__ == "__main__":

@@ -1,38 +1,17 @@
-"""``torch.compile`` (inductor) as a way to fuse the element-wise work, measured.
+"""``torch.compile`` (inductor) against eager over one stream of fairseq-like batch shapes.
 
     fairseq-posattn-bench-compile                       # rows shaw, struct, bilan, conv2d, onlstm
     fairseq-posattn-bench-compile --rows struct --batches 6 --max-tokens 2048
 
-fairseq's batches change shape every update (B sentences of T tokens, sorted
-by length, B x T up to ``--max-tokens``), and a compiled module recompiles
-for a new shape until dynamo has marked its dimensions dynamic.  For each
-row, eager and compiled, over one stream of such batches, this measures
-
-* the compile cost: the first pass over the stream, beyond the eager first
-  pass, and the graphs dynamo compiled (each after the first is a
-  recompilation), the graph breaks, and the graphs compiled for a batch
-  shape met a second time (should be none);
-* that compiled computes what eager computes: the largest difference of
-  their inference outputs on the first batch (the same weights, eval mode);
-* the steady state: a training step (forward, backward of the output's sum)
-  and an inference step (``no_grad``, eval mode), summed over the stream,
-  median over ``--repeats`` further passes, and compiled / eager.
-
-Rows:
-
-* attention rows, labels of ``fairseq-posattn-bench`` (``shaw``, ``struct``,
-  ``bilan``, ``conv2d``, ``temp``, ...): the model's encoder (embeddings,
-  attention layers with their bias and post-softmax terms, feed-forward
-  layers) eager, and compiled whole with ``torch.compile(encoder)``;
-* ``onlstm``: one bidirectional ON-LSTM layer (Hao et al. 2019, Eq. 3-9);
-  eager is the package's path (the C++ cell on the CPU, Triton on CUDA, each
-  with its hand-written backward), compiled is the layer on the reference
-  (``--encoder-recurrent-kernel reference``) compiled whole by inductor,
-  autograd's backward.
+Per row, eager and compiled: the compile cost (the first pass beyond eager's;
+the graphs, graph breaks, and graphs compiled for a shape met again), the
+largest difference of their inference outputs, and the median training and
+inference pass over the stream.  Attention rows (``fairseq-posattn-bench``
+labels) compile the encoder whole; ``onlstm`` is one ON-LSTM layer (Hao et
+al. 2019, Eq. 3-9), eager on ``auto``'s path, compiled on the reference.
 """
 
 import argparse
-import json
 import logging
 import statistics
 import time
@@ -44,7 +23,8 @@ import torch
 
 from ..models.from_flags import stand_in_dictionary
 from ..modules import recurrent
-from .models import ROW_BY_LABEL, build_model, make_batch, make_trees
+from .models import ROW_BY_LABEL, add_size_arguments, build_model, make_batch, make_trees
+from .timing import console_script, write_json
 
 DEFAULT_ROWS = "shaw,struct,bilan,conv2d,onlstm"
 
@@ -56,65 +36,59 @@ def batch_shapes(count: int, max_tokens: int, min_length: int, max_length: int, 
     return [(max(1, max_tokens // int(t)), int(t)) for t in lengths]
 
 
-class EncoderRow:
-    """A model's encoder on left-padded batches (trees for the struct row)."""
+class StreamRow:
+    """A module over the stream's inputs (``inputs[i]``: positional and keyword
+    arguments), ``output`` picking the tensor out of what it returns; eager, or
+    compiled whole after ``before_compile(module)``."""
 
-    def __init__(self, label: str, settings, shapes):
-        row = ROW_BY_LABEL[label]
-        dictionary = stand_in_dictionary(settings.vocab)
-        torch.manual_seed(settings.seed)
-        self.encoder = build_model(row, settings, dictionary).encoder
-        self.inputs = []
-        for i, (b, t) in enumerate(shapes):
-            src, lengths, _, _ = make_batch(SimpleNamespace(batch=b, length=t, seed=settings.seed + i),
-                                            dictionary, torch.device("cpu"))
-            trees = make_trees(lengths, t, settings.seed + i) if row.trees else {}
-            self.inputs.append((src, lengths, trees))
-        self.run = self.encoder
+    def __init__(self, module, inputs, output=lambda out: out, before_compile=lambda module: None):
+        self.module, self.run, self.inputs, self.output = module, module, inputs, output
+        self.before_compile = before_compile
 
     def compile(self):
-        self.run = torch.compile(self.encoder)
+        self.before_compile(self.module)
+        self.run = torch.compile(self.module)
 
     def step(self, i: int, train: bool) -> torch.Tensor:
-        src, lengths, trees = self.inputs[i]
-        self.encoder.train(train)
-        out = self.run(src, lengths, **trees)["encoder_out"][0]
+        args, kwargs = self.inputs[i]
+        self.module.train(train)
+        out = self.output(self.run(*args, **kwargs))
         if train:
             out.float().sum().backward()
-            self.encoder.zero_grad(set_to_none=True)
+            self.module.zero_grad(set_to_none=True)
+            for tensor in args:
+                tensor.grad = None
         return out
 
 
-class ONLSTMRow:
-    """One bidirectional ON-LSTM layer on right-padded batches: eager is the
-    package's path for this device (``--encoder-recurrent-kernel auto``),
-    compiled the layer on the reference compiled by inductor."""
+def encoder_row(label: str, settings, shapes) -> StreamRow:
+    """A model's encoder on left-padded batches (trees for the struct row)."""
+    row = ROW_BY_LABEL[label]
+    dictionary = stand_in_dictionary(settings.vocab)
+    torch.manual_seed(settings.seed)
+    inputs = []
+    for i, (b, t) in enumerate(shapes):
+        src, lengths, _, _ = make_batch(SimpleNamespace(batch=b, length=t, seed=settings.seed + i),
+                                        dictionary, torch.device("cpu"))
+        inputs.append(((src, lengths), make_trees(lengths, t, settings.seed + i) if row.trees else {}))
+    return StreamRow(build_model(row, settings, dictionary).encoder, inputs, lambda out: out["encoder_out"][0])
 
-    def __init__(self, settings, shapes):
-        torch.manual_seed(settings.seed)
-        self.layer = recurrent.RecurrentLayer(settings.embed_dim, "onlstm")
-        self.run = self.layer
-        g = torch.Generator().manual_seed(settings.seed)
-        self.inputs = []
-        for b, t in shapes:
-            lengths = torch.randint(t // 2, t + 1, (b,), generator=g)
-            lengths[0] = t
-            self.inputs.append((torch.randn(t, b, settings.embed_dim, generator=g, requires_grad=True), lengths))
 
-    def compile(self):
-        self.layer.rnn.kernel = "reference"
-        self.run = torch.compile(self.layer)
+def onlstm_row(settings, shapes) -> StreamRow:
+    """One bidirectional ON-LSTM layer on right-padded batches: eager on the path
+    ``auto`` takes on this device, compiled on the reference."""
+    torch.manual_seed(settings.seed)
+    g = torch.Generator().manual_seed(settings.seed)
+    inputs = []
+    for b, t in shapes:
+        lengths = torch.randint(t // 2, t + 1, (b,), generator=g)
+        lengths[0] = t
+        inputs.append(((torch.randn(t, b, settings.embed_dim, generator=g, requires_grad=True), lengths), {}))
 
-    def step(self, i: int, train: bool) -> torch.Tensor:
-        x, lengths = self.inputs[i]
-        if not train:
-            with torch.no_grad():
-                return self.run(x, lengths)
-        out = self.run(x, lengths)
-        out.sum().backward()
-        self.layer.zero_grad(set_to_none=True)
-        x.grad = None
-        return out
+    def on_the_reference(layer):
+        layer.rnn.kernel = "reference"
+
+    return StreamRow(recurrent.RecurrentLayer(settings.embed_dim, "onlstm"), inputs, before_compile=on_the_reference)
 
 
 def _pass(row, count: int) -> tuple:
@@ -145,7 +119,7 @@ def measure(label: str, settings, shapes) -> dict:
     result = {"row": label}
     outputs = {}
     for mode in ("eager", "compiled"):
-        row = ONLSTMRow(settings, shapes) if label == "onlstm" else EncoderRow(label, settings, shapes)
+        row = onlstm_row(settings, shapes) if label == "onlstm" else encoder_row(label, settings, shapes)
         if mode == "compiled":
             row.compile()
         first = _pass(row, len(shapes))
@@ -153,20 +127,14 @@ def measure(label: str, settings, shapes) -> dict:
             outputs[mode] = row.step(0, train=False).float()
         after_first = _dynamo_counts()
         passes = [_pass(row, len(shapes)) for _ in range(settings.repeats)]
-        result[mode] = {
-            "first_pass_s": sum(first),
-            "train_s": statistics.median(p[0] for p in passes),
-            "infer_s": statistics.median(p[1] for p in passes),
-        }
+        result[mode] = {"first_pass_s": sum(first), "train_s": statistics.median(p[0] for p in passes),
+                        "infer_s": statistics.median(p[1] for p in passes)}
         if mode == "compiled":
-            later = _dynamo_counts()
-            result[mode].update(after_first)
-            result[mode]["graphs_after_first_pass"] = later["graphs"] - after_first["graphs"]
+            result[mode].update(after_first, graphs_after_first_pass=_dynamo_counts()["graphs"] - after_first["graphs"])
     eager, compiled = result["eager"], result["compiled"]
-    result["max_abs_diff"] = (outputs["compiled"] - outputs["eager"]).abs().max().item()
-    result["compile_s"] = compiled["first_pass_s"] - eager["first_pass_s"]
-    result["train_ratio"] = compiled["train_s"] / eager["train_s"]
-    result["infer_ratio"] = compiled["infer_s"] / eager["infer_s"]
+    result.update(max_abs_diff=(outputs["compiled"] - outputs["eager"]).abs().max().item(),
+                  compile_s=compiled["first_pass_s"] - eager["first_pass_s"],
+                  train_ratio=compiled["train_s"] / eager["train_s"], infer_ratio=compiled["infer_s"] / eager["infer_s"])
     return result
 
 
@@ -178,14 +146,7 @@ def get_parser():
     p.add_argument("--min-length", type=int, default=16)
     p.add_argument("--max-length", type=int, default=64)
     p.add_argument("--repeats", type=int, default=3, help="timed passes over the stream after the first")
-    p.add_argument("--embed-dim", type=int, default=512)
-    p.add_argument("--ffn-dim", type=int, default=2048)
-    p.add_argument("--heads", type=int, default=8)
-    p.add_argument("--layers", type=int, default=3, help="encoder layers")
-    p.add_argument("--vocab", type=int, default=8000)
-    p.add_argument("--max-positions", type=int, default=256)
-    p.add_argument("--threads", type=int, default=torch.get_num_threads())
-    p.add_argument("--seed", type=int, default=1)
+    add_size_arguments(p)
     p.add_argument("--json", default="", help="also write the results here")
     return p
 
@@ -220,15 +181,12 @@ def main(argv: Optional[Sequence[str]] = None) -> List[dict]:
           + f"; times summed over the stream, median of {settings.repeats} passes")
     print(format_table(results))
     if settings.json:
-        with open(settings.json, "w") as out:
-            json.dump({"shapes": shapes, "settings": vars(settings), "torch": torch.__version__,
-                       "rows": results}, out, indent=1)
+        write_json(settings.json, {"shapes": shapes, "settings": vars(settings), "torch": torch.__version__,
+                                   "rows": results})
     return results
 
 
-def cli_main(argv: Optional[Sequence[str]] = None) -> None:
-    """The console script: :func:`main` without its return value."""
-    main(argv)
+cli_main = console_script(main)
 
 
 if __name__ == "__main__":

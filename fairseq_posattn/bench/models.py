@@ -3,47 +3,22 @@
     fairseq-posattn-bench
     fairseq-posattn-bench --rows stock,P,shaw --config wmt --fp16 --json out.json
 
-For each row, in one run and at one model size and batch (``--config``),
-it measures
-
-* time per update: forward + backward + Adam step.  A repeat times K
-  consecutive updates (on CUDA between two events, the host waiting once, at
-  the end), K the fewest that last ``--min-repeat-ms``, chosen once per row;
-  the figure is the repeat's time / K, its median over the repeats;
-* time per inference batch: likewise, K' no-grad forwards in eval mode, after
-  the beam search below, so that they see the weights as a stream of batches
-  does (the ON-LSTM lays its updated weights out for oneDNN on the first
-  no-grad call after an update and keeps them);
-* decoding speed: beam search (beam 4, a fixed number of steps) over the
-  batch, in sentences per second (trees given, parsing excluded), and the
-  milliseconds of it spent in the encoder;
-* peak training memory: on CUDA ``max_memory_allocated``; on CPU, in a
-  fresh process, parameters + optimizer state + the peak resident set of one
-  update above what the process held just before it (glibc's mmap threshold
-  is pinned so freed tensors really leave the resident set);
-
-each as a ratio to its baseline row, with the range of the per-repeat ratios
-(the rows are interleaved within a repeat, each against its baseline's run in
-the same repeat: the noise).  The baseline is fairseq's stock
-``transformer`` of the same size, or for the ON-LSTM/LSTM + SAN hybrids a
-stock ``transformer`` with as many encoder layers (``stock-deep``), the
-comparison of Hao et al.'s Table 1.  A row that cannot run here is reported
-and the others measured; ``posattn-off`` (the stock function) is flagged in
-every repeat outside 0.97-1.03.
-
-``--profile LABEL`` instead runs a few updates of one row under
-``torch.profiler`` and prints where the time goes.
+Per row, at one model size and batch (``--config``): time per update and per
+inference batch (K consecutive calls a repeat, :mod:`.timing`, the rows
+interleaved), beam-search speed and peak training memory, each a ratio to the
+row's baseline with the range of the per-repeat ratios.  Inference is timed
+after the beam search, as a stream of batches sees the weights (the ON-LSTM
+lays updated weights out for oneDNN on its first no-grad call).  The rows, the
+baselines and the figures' definitions: docs/benchmarks.md.
 """
 
 import argparse
 import ctypes
 import functools
 import gc
-import json
 import multiprocessing
 import os
 import statistics
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -53,13 +28,16 @@ import torch
 import torch.nn.functional as F
 from fairseq.sequence_generator import SequenceGenerator
 from torch.nn.attention import SDPBackend
+from torch.profiler import ProfilerActivity, profile, record_function
 
 from ..models.from_flags import build_model_from_flags, stand_in_dictionary
 from ..kernels import candidates
 from ..kernels.candidates import onlstm_cuda_graphs
 from ..structure import batch_trees_of_pieces
 from ..structure.control_trees import random_projective_heads
-from .timing import PHASES, Timer, first_calls, interleaved, per_repeat_ratios, synchronize
+from .timing import (PHASES, TIME_COLUMNS, Timer, add_precision_arguments, add_timing_arguments, console_script,
+                     finish, first_calls, interleaved, per_repeat_ratios, phase_figures, synchronize, time_cells)
+from .verdict import outside_band, run_notes
 
 
 @dataclass
@@ -123,25 +101,16 @@ ROW_BY_LABEL = {row.label: row for row in ROWS}
 # --config: (B, T).  wmt: 16,384 tokens a batch (12k source tokens unpadded), the top of the 8k-16k that WMT14
 # runs put in one GPU's batch; fairseq batches sentences of like lengths, so one T, the default's
 CONFIGS = {"default": (32, 64), "wmt": (256, 64)}
-POSATTN_OFF_BAND = (0.97, 1.03)  # posattn-off computes the stock function: a repeat outside this is noise
 
 
 def _size_flags(row: BenchRow, settings) -> List[str]:
-    encoder_layers = 2 * settings.layers if row.deep_encoder else settings.layers
-    recurrent = ["--encoder-recurrent-layers", str(settings.layers)] if row.recurrent else []
-    return recurrent + [
-        "--encoder-embed-dim", str(settings.embed_dim),
-        "--decoder-embed-dim", str(settings.embed_dim),
-        "--encoder-ffn-embed-dim", str(settings.ffn_dim),
-        "--decoder-ffn-embed-dim", str(settings.ffn_dim),
-        "--encoder-attention-heads", str(settings.heads),
-        "--decoder-attention-heads", str(settings.heads),
-        "--encoder-layers", str(encoder_layers),
-        "--decoder-layers", str(settings.layers),
-        "--max-source-positions", str(settings.max_positions),
-        "--max-target-positions", str(settings.max_positions),
-        "--dropout", "0.1",
-    ]
+    flags = ["--dropout", "0.1"] + (["--encoder-recurrent-layers", str(settings.layers)] if row.recurrent else [])
+    for side, positions in (("encoder", "source"), ("decoder", "target")):
+        layers = 2 * settings.layers if row.deep_encoder and side == "encoder" else settings.layers
+        flags += [f"--{side}-embed-dim", str(settings.embed_dim), f"--{side}-ffn-embed-dim", str(settings.ffn_dim),
+                  f"--{side}-attention-heads", str(settings.heads), f"--{side}-layers", str(layers),
+                  f"--max-{positions}-positions", str(settings.max_positions)]
+    return flags
 
 
 def build_model(row: BenchRow, settings, dictionary, extra_flags: Sequence[str] = ()):
@@ -207,16 +176,19 @@ class Runner:
         self.device = device
 
     def train_step(self) -> None:
-        """One update, queued (the timer waits for the device)."""
+        """One update, queued (the timer waits for the device), its phases named for the profiler."""
         self.model.train()
-        logits = self.model(self.src, self.lengths, self.prev, **self.trees)[0]
-        loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), self.tgt.view(-1))
-        loss.backward()
-        if self.master is None:
-            self.optimizer.step()
-        else:
-            self._master_step()
-        self.optimizer.zero_grad(set_to_none=True)
+        with record_function("phase: forward"):
+            logits = self.model(self.src, self.lengths, self.prev, **self.trees)[0]
+            loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), self.tgt.view(-1))
+        with record_function("phase: backward"):
+            loss.backward()
+        with record_function("phase: optimizer"):
+            if self.master is None:
+                self.optimizer.step()
+            else:
+                self._master_step()
+            self.optimizer.zero_grad(set_to_none=True)
 
     @torch.no_grad()
     def _master_step(self):
@@ -273,11 +245,8 @@ def _proc_status_bytes(key: str) -> int:
 
 def _tensor_bytes(runner: "Runner") -> int:
     """Parameters and optimizer state: what lives between updates."""
-    total = sum(p.numel() * p.element_size() for p in runner.model.parameters())
-    total += sum(p.numel() * p.element_size() for p in runner.master or ())
-    for state in runner.optimizer.state.values():
-        total += sum(v.numel() * v.element_size() for v in state.values() if torch.is_tensor(v))
-    return total
+    state = [v for values in runner.optimizer.state.values() for v in values.values() if torch.is_tensor(v)]
+    return sum(t.numel() * t.element_size() for t in [*runner.model.parameters(), *(runner.master or ()), *state])
 
 
 def _cpu_peak_memory(row: BenchRow, settings) -> float:
@@ -325,16 +294,12 @@ def measure_memory(rows: List[BenchRow], settings, device) -> Dict[str, float]:
 def sdpa_backends(step) -> Dict[str, int]:
     """How many of the ``scaled_dot_product_attention`` calls of ``step()``
     went to each backend, by PyTorch's own dispatch rule for their arguments
-    (``torch._fused_sdp_choice``; ``{}`` where this torch lacks it)."""
-    choose = getattr(torch, "_fused_sdp_choice", None)
-    if choose is None:
-        step()
-        return {}
+    (``torch._fused_sdp_choice``)."""
     counts: Dict[str, int] = {}
     fused = F.scaled_dot_product_attention
 
     def counting(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, **kwargs):
-        backend = SDPBackend(choose(query, key, value, attn_mask, dropout_p, is_causal)).name
+        backend = SDPBackend(torch._fused_sdp_choice(query, key, value, attn_mask, dropout_p, is_causal)).name
         counts[backend] = counts.get(backend, 0) + 1
         return fused(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, **kwargs)
 
@@ -402,11 +367,6 @@ def resolve_config(settings):
     return settings
 
 
-def outside_band(ratios: Sequence[float], band: Tuple[float, float] = POSATTN_OFF_BAND) -> List[List[float]]:
-    """``[repeat, ratio]`` (repeats from 1) of each ratio outside ``band``."""
-    return [[repeat, ratio] for repeat, ratio in enumerate(ratios, 1) if not band[0] <= ratio <= band[1]]
-
-
 def run(settings, timer: Optional[Timer] = None) -> dict:
     """Measure the ``--rows`` at ``--config``'s batch; where the GPU runs out
     of memory, every row again at half the batch (the report lists each try)."""
@@ -434,28 +394,20 @@ def run(settings, timer: Optional[Timer] = None) -> dict:
         if device.type == "cuda":
             torch.cuda.empty_cache()
         settings.batch //= 2
-    times = measured["times"]
-    median = {name: {label: statistics.median(v) for label, v in runs.items() if v} for name, runs in times.items()}
-
-    results = []
+    times, results = measured["times"], []
     for row in ran:
         label, base = row.label, row.baseline
         entry = {**asdict(row), "params": measured["params"][label],
                  "sdpa_backends_in_training": measured["backends"][label]}
         for phase in PHASES:
-            entry.update({
-                f"{phase}_ms": 1000 * median[phase][label],
-                f"{phase}_ratio": median[phase][label] / median[phase][base],
-                f"{phase}_ratio_per_repeat": per_repeat_ratios(times[phase][label], times[phase][base]),
-                f"{phase}_ms_per_repeat": [1000 * t for t in times[phase][label]],
-                f"{phase}_calls_per_repeat": measured["calls"][label][phase],
-            })
+            entry.update(phase_figures(phase, times[phase][label], times[phase][base], measured["calls"][label][phase]))
         if settings.decode:
+            speed = statistics.median(times["decode"][label])
             entry.update({
-                "decode_sent_per_s": median["decode"][label],
-                "decode_ratio": median["decode"][label] / median["decode"][base],
+                "decode_sent_per_s": speed,
+                "decode_ratio": speed / statistics.median(times["decode"][base]),
                 "decode_ratio_per_repeat": per_repeat_ratios(times["decode"][label], times["decode"][base]),
-                "decode_encoder_ms": 1000 * median["decode_encoder"][label],
+                "decode_encoder_ms": 1000 * statistics.median(times["decode_encoder"][label]),
             })
         if label in peaks:
             entry["peak_mb"] = peaks[label]
@@ -479,91 +431,72 @@ def run(settings, timer: Optional[Timer] = None) -> dict:
 
 
 def format_table(report: dict) -> str:
-    """One line per row: per-update times, ratios to its baseline and each
-    ratio's range over the repeats, the calls K timed per repeat (train/infer);
-    then what went wrong, and posattn-off's repeats outside its band."""
+    """One line per row: its times, ratios to its baseline and their range over
+    the repeats, K (train/infer); then what went wrong (:func:`.verdict.run_notes`)."""
     decode = "decode_ratio" in report["rows"][0]
-    header = (f"{'row':<21} {'params':>11} {'train ms':>9} {'x base':>7} {'per repeat':>11} "
-              f"{'infer ms':>9} {'x base':>7} {'per repeat':>11} {'K':>7} "
-              + (f"{'decode/s':>9} {'x base':>7} {'enc ms':>7} " if decode else "")
-              + f"{'peak MB':>8} {'x base':>7}  base")
+    header = (f"{'row':<21} {'params':>11} {TIME_COLUMNS} " + (f"{'decode/s':>9} {'x base':>7} {'enc ms':>7} " if decode
+                                                               else "") + f"{'peak MB':>8} {'x base':>7}  base")
     lines = [header, "-" * len(header)]
     for r in report["rows"]:
         peak = f"{r['peak_mb']:8.0f} {r['peak_ratio']:7.2f}" if "peak_mb" in r else f"{'-':>8} {'-':>7}"
-        train, infer = r["train_ratio_per_repeat"], r["infer_ratio_per_repeat"]
-        calls = f"{r['train_calls_per_repeat']}/{r['infer_calls_per_repeat']}"
-        lines.append(
-            f"{r['label']:<21} {r['params']:>11,} {r['train_ms']:9.2f} {r['train_ratio']:7.2f} "
-            f"{min(train):5.2f}-{max(train):5.2f} "
-            f"{r['infer_ms']:9.2f} {r['infer_ratio']:7.2f} {min(infer):5.2f}-{max(infer):5.2f} {calls:>7} "
-            + (f"{r['decode_sent_per_s']:9.1f} {r['decode_ratio']:7.2f} {r['decode_encoder_ms']:7.1f} "
-               if decode else "")
-            + f"{peak}  {r['baseline']}"
-        )
+        lines.append(f"{r['label']:<21} {r['params']:>11,} {time_cells(r)} "
+                     + (f"{r['decode_sent_per_s']:9.1f} {r['decode_ratio']:7.2f} {r['decode_encoder_ms']:7.1f} "
+                        if decode else "") + f"{peak}  {r['baseline']}")
     used = [f"{r['label']} " + "+".join(f"{n}x{name}" for name, n in sorted(r["sdpa_backends_in_training"].items()))
             for r in report["rows"] if r.get("sdpa_backends_in_training")]
     if used:
         lines.append("scaled_dot_product_attention's backend in a training update (calls x backend): " + "; ".join(used))
-    for oom in report["out_of_memory"]:
-        lines.append(f"B={oom['batch']} ran out of GPU memory ({oom['error']}): every row measured again at half the batch")
-    lines += [f"not measured: {label}: {error}" for label, error in report["failed"].items()]
-    if "posattn_off_outside" in report:
-        low, high = POSATTN_OFF_BAND
-        outside = "; ".join(f"{phase} " + ", ".join(f"repeat {i}: {ratio:.3f}" for i, ratio in found)
-                            for phase, found in report["posattn_off_outside"].items() if found)
-        lines.append(f"posattn-off (the stock function) outside {low}-{high} x stock: {outside}" if outside else
-                     f"posattn-off (the stock function) within {low}-{high} x stock in every repeat")
-    return "\n".join(lines)
+    return "\n".join(lines + run_notes(report))
 
 
-class _PartTimer:
-    """Forward hooks that open a profiler range named after a model part
-    around each of its layers."""
+def _label_parts(model) -> list:
+    """Forward hooks that open a profiler range ``part: NAME`` around each
+    layer of the model's parts; returns their handles."""
+    encoder = model.encoder
+    parts = {"decoder": [model.decoder], "encoder SAN layers": list(getattr(encoder, "layers", [])),
+             "encoder recurrent layers": list(getattr(encoder, "recurrent_layers", [])),
+             "encoder embeddings": [encoder.embed_tokens]}
+    handles, open_ranges = [], {}
 
-    def __init__(self, model):
-        parts = {"decoder": [model.decoder]}
-        encoder = model.encoder
-        parts["encoder SAN layers"] = list(getattr(encoder, "layers", []))
-        parts["encoder recurrent layers"] = list(getattr(encoder, "recurrent_layers", []))
-        parts["encoder embeddings"] = [encoder.embed_tokens]
-        self.handles, self.open = [], {}
-        for name, modules in parts.items():
-            for module in modules:
-                self.handles.append(module.register_forward_pre_hook(self._enter(name)))
-                self.handles.append(module.register_forward_hook(self._exit(name)))
+    def leave(module, args, output):
+        open_ranges.pop(module).__exit__(None, None, None)
 
-    def _enter(self, name):
-        def hook(module, args):
-            self.open[id(module)] = torch.autograd.profiler.record_function(f"part: {name}")
-            self.open[id(module)].__enter__()
-        return hook
+    for name, modules in parts.items():
+        def enter(module, args, name=name):
+            open_ranges[module] = record_function(f"part: {name}").__enter__()
 
-    def _exit(self, name):
-        def hook(module, args, output):
-            self.open.pop(id(module)).__exit__(None, None, None)
-        return hook
-
-    def remove(self):
-        for handle in self.handles:
-            handle.remove()
+        for module in modules:
+            handles += [module.register_forward_pre_hook(enter), module.register_forward_hook(leave)]
+    return handles
 
 
-def _ranges(averages) -> Dict[str, float]:
-    """Total time of each ``phase: ...`` and ``part: ...`` profiler range."""
-    return {e.key: e.cpu_time_total for e in averages if e.key.startswith(("phase: ", "part: "))}
+def _profiled(step, updates: int, device) -> tuple:
+    """The profiler's averages over ``updates`` calls of ``step``, and the total time of each ``phase: ...``
+    and ``part: ...`` range in them."""
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        for _ in range(updates):
+            step()
+            synchronize(device)
+    averages = prof.key_averages()
+    return averages, {e.key: e.cpu_time_total for e in averages if e.key.startswith(("phase: ", "part: "))}
 
 
-def _costliest_operators(averages, per: float, total: float, count: int = 15) -> List[str]:
+def _time_line(name: str, microseconds: float, per: int, total: float) -> str:
+    return f"  {name[:60]:<60} {microseconds / 1000 / per:9.1f} ms  {microseconds / total:6.1%}"
+
+
+def _costliest_operators(averages, per: int, total: float, count: int = 15) -> List[str]:
     """The ``count`` operators of most self time, in ms per ``per`` and as a share of
     ``total``; on CUDA also the ``count`` of most time on the GPU, as a share of theirs."""
     operators = [e for e in averages if not e.key.startswith(("phase: ", "part: ", "ProfilerStep"))]
-    lines = [f"  {e.key[:60]:<60} {e.self_cpu_time_total / 1000 / per:9.1f} ms  {e.self_cpu_time_total / total:6.1%}"
-             for e in sorted(operators, key=lambda e: -e.self_cpu_time_total)[:count]]
+    lines = ["costliest operators (self time):"]
+    lines += [_time_line(e.key, e.self_cpu_time_total, per, total)
+              for e in sorted(operators, key=lambda e: -e.self_cpu_time_total)[:count]]
     on_gpu = sum(e.self_device_time_total for e in operators)
     if on_gpu > 0:
         lines.append(f"  on the GPU (self device time): {on_gpu / 1000 / per:.1f} ms")
-        lines += [f"  {e.key[:60]:<60} {e.self_device_time_total / 1000 / per:9.1f} ms  "
-                  f"{e.self_device_time_total / on_gpu:6.1%}"
+        lines += [_time_line(e.key, e.self_device_time_total, per, on_gpu)
                   for e in sorted(operators, key=lambda e: -e.self_device_time_total)[:count]]
     return lines
 
@@ -571,62 +504,52 @@ def _costliest_operators(averages, per: float, total: float, count: int = 15) ->
 def profile_row(row: BenchRow, settings, device, updates: int = 3) -> str:
     """Profile ``updates`` training updates of ``row``, then as many no-grad
     forward passes of its encoder (what decoding runs once per batch); return a report."""
-    from torch.profiler import ProfilerActivity, profile, record_function
-
     torch.set_num_threads(settings.threads)
     runner = Runner(row, settings, stand_in_dictionary(settings.vocab), device)
     runner.train_step()  # warm-up: optimizer state, scripted functions
-    timer = _PartTimer(runner.model)
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    runner.model.train()
-    with profile(activities=activities) as prof:
-        for _ in range(updates):
-            with record_function("phase: forward"):
-                logits = runner.model(runner.src, runner.lengths, runner.prev, **runner.trees)[0]
-                loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), runner.tgt.view(-1))
-            with record_function("phase: backward"):
-                loss.backward()
-            with record_function("phase: optimizer"):
-                runner.optimizer.step()
-                runner.optimizer.zero_grad(set_to_none=True)
-            synchronize(runner.device)
-    averages = prof.key_averages()
-    ranges = _ranges(averages)
+    handles = _label_parts(runner.model)
+    averages, ranges = _profiled(runner.train_step, updates, device)
     total = sum(v for k, v in ranges.items() if k.startswith("phase: "))
-    lines = [f"profile of {row.label} ({row.arch}), {updates} updates, "
-             f"{total / 1000 / updates:.1f} ms per update"]
-    for key in sorted(ranges, key=lambda k: (not k.startswith("phase: "), -ranges[k])):
-        lines.append(f"  {key:<34} {ranges[key] / 1000 / updates:9.1f} ms  {ranges[key] / total:6.1%}")
+    lines = [f"profile of {row.label} ({row.arch}), {updates} updates, {total / 1000 / updates:.1f} ms per update"]
+    lines += [_time_line(key, ranges[key], updates, total)
+              for key in sorted(ranges, key=lambda k: (not k.startswith("phase: "), -ranges[k]))]
     prefix = "autograd::engine::evaluate_function: "
-    backward = [e for e in averages if e.key.startswith(prefix)]
-    backward.sort(key=lambda e: -e.cpu_time_total)
+    backward = sorted((e for e in averages if e.key.startswith(prefix)), key=lambda e: -e.cpu_time_total)
     lines.append("costliest backward functions (total time):")
-    for e in backward[:8]:
-        lines.append(f"  {e.key[len(prefix):][:60]:<60} {e.cpu_time_total / 1000 / updates:9.1f} ms  "
-                     f"{e.cpu_time_total / total:6.1%}")
-    lines.append("costliest operators (self time):")
+    lines += [_time_line(e.key[len(prefix):], e.cpu_time_total, updates, total) for e in backward[:8]]
     lines += _costliest_operators(averages, updates, total)
 
     runner.model.eval()
-    with torch.no_grad():
-        runner.model.encoder(runner.src, runner.lengths, **runner.trees)  # warm-up: inference's own state
-        with profile(activities=activities) as prof:
-            for _ in range(updates):
-                with record_function("phase: encoder, no grad"):
-                    runner.model.encoder(runner.src, runner.lengths, **runner.trees)
-                synchronize(runner.device)
-    timer.remove()
-    averages = prof.key_averages()
-    ranges = _ranges(averages)
+
+    @torch.no_grad()
+    def encode():
+        with record_function("phase: encoder, no grad"):
+            runner.model.encoder(runner.src, runner.lengths, **runner.trees)
+
+    encode()  # warm-up: inference's own state
+    averages, ranges = _profiled(encode, updates, device)
+    for handle in handles:
+        handle.remove()
     total = ranges["phase: encoder, no grad"]
     lines.append(f"encoder without gradients (as decoding runs it), {updates} passes, "
                  f"{total / 1000 / updates:.1f} ms per pass")
-    for key in sorted(ranges, key=lambda k: -ranges[k]):
-        if key.startswith("part: encoder"):
-            lines.append(f"  {key:<34} {ranges[key] / 1000 / updates:9.1f} ms  {ranges[key] / total:6.1%}")
-    lines.append("costliest operators (self time):")
+    lines += [_time_line(key, ranges[key], updates, total)
+              for key in sorted(ranges, key=lambda k: -ranges[k]) if key.startswith("part: encoder")]
     lines += _costliest_operators(averages, updates, total, count=10)
     return "\n".join(lines)
+
+
+def add_size_arguments(parser) -> None:
+    """The model's size, the threads and the seed (also ``fairseq-posattn-bench-compile``'s)."""
+    parser.add_argument("--embed-dim", type=int, default=512)
+    parser.add_argument("--ffn-dim", type=int, default=2048)
+    parser.add_argument("--heads", type=int, default=8)
+    parser.add_argument("--layers", type=int, default=3, help="encoder and decoder layers each")
+    parser.add_argument("--vocab", type=int, default=8000)
+    parser.add_argument("--max-positions", type=int, default=256,
+                        help="--max-source-positions; at most the P/R/conv1d table size t (256)")
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--seed", type=int, default=1)
 
 
 def get_parser():
@@ -641,32 +564,16 @@ def get_parser():
                           "half the batch); --batch and --length override it")
     parser.add_argument("--batch", type=int, default=None, help="sentences per batch (B; default: --config's)")
     parser.add_argument("--length", type=int, default=None, help="source/target length (T; default: --config's)")
-    parser.add_argument("--embed-dim", type=int, default=512)
-    parser.add_argument("--ffn-dim", type=int, default=2048)
-    parser.add_argument("--heads", type=int, default=8)
-    parser.add_argument("--layers", type=int, default=3, help="encoder and decoder layers each")
-    parser.add_argument("--vocab", type=int, default=8000)
-    parser.add_argument("--max-positions", type=int, default=256,
-                        help="--max-source-positions; at most the P/R/conv1d table size t (256)")
-    parser.add_argument("--repeats", type=int, default=5, help="timed repeats per row, the rows interleaved")
-    parser.add_argument("--min-repeat-ms", type=float, default=200.0,
-                        help="a repeat times K consecutive updates (and K' inferences), K the fewest that last "
-                             "this long, found once per row; the figures are per update")
+    add_size_arguments(parser)
+    add_timing_arguments(parser, repeats=5, calls="updates (and K' inferences)")
     parser.add_argument("--no-decode", dest="decode", action="store_false",
                         help="skip the timed beam search (training, inference and memory only)")
     parser.add_argument("--decode-steps", type=int, default=16,
                         help="target length of the timed beam search")
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    precision = parser.add_mutually_exclusive_group()
-    precision.add_argument("--fp16", dest="half", action="store_const", const=torch.float16, default=None,
-                           help="model in float16, Adam on float32 master weights as fairseq's --fp16 (CUDA)")
-    precision.add_argument("--bf16", dest="half", action="store_const", const=torch.bfloat16,
-                           help="model in bfloat16, Adam on float32 master weights as fairseq's --bf16")
+    add_precision_arguments(parser, "half", None, "model in {0}, Adam on float32 master weights as fairseq's --{1}")
     parser.add_argument("--no-memory", dest="memory", action="store_false",
                         help="skip the peak-memory measurement")
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--json", default="", help="also write the report here")
     parser.add_argument("--profile", default="", metavar="LABEL",
                         help="profile a few updates of this row instead of benchmarking")
     return parser
@@ -688,20 +595,10 @@ def main(argv=None):
         f"device={report['device']} {report['dtype']} threads={report['threads']} torch={report['torch']}, "
         f"median of {settings.repeats} interleaved repeats of at least {settings.min_repeat_ms:g} ms"
     )
-    print(format_table(report))
-    if settings.json:
-        with open(settings.json, "w") as out:
-            json.dump(report, out, indent=2)
-        print(f"wrote {settings.json}", file=sys.stderr)
-    if report["failed"]:
-        raise SystemExit(f"rows not measured: {', '.join(report['failed'])}")
-    return report
+    return finish(report, format_table(report), settings.json)
 
 
-def cli_main(argv=None) -> None:
-    """The console script: :func:`main` without its return value."""
-    main(argv)
-
+cli_main = console_script(main)
 
 if __name__ == "__main__":
     cli_main()

@@ -5,42 +5,21 @@
     fairseq-posattn-bench-recurrent --min-length 32  # padded batches, lengths 32..64
     fairseq-posattn-bench-recurrent --device cuda --fp16 --unidirectional --batch 128   # cuDNN at its best
 
-Rows, hidden = d per direction, bidirectional or (``--unidirectional``) not:
-
-* ``nn.LSTM``: a raw ``torch.nn.LSTM(d, d)`` on the unpadded ``[T, B, d]``
-  batch (oneDNN's fused RNN on CPU when available), the reference.  Named
-  ``nn.LSTM cuDNN persistent`` where PyTorch lets cuDNN take its persistent
-  kernel: CUDA, float16, one direction (one layer), d a multiple of 128, B a
-  multiple of 8 up to 128.  On CUDA the run names the GPU kernels of one of
-  its training steps, which say which algorithm cuDNN took;
-* ``LSTM layer``: :class:`RecurrentLayer` with ``cell="lstm"`` (packed
-  ``nn.LSTM`` + D*d -> d projection + residual + pad mask);
-* ``ON-LSTM layer``: :class:`RecurrentLayer` with ``cell="onlstm"``, on
-  the kernel ``auto`` takes here (:mod:`..kernels.dispatch`);
-* on CUDA, the same layer on each candidate of ``--kernels``
-  (:mod:`..kernels.candidates`), a row named after it, against the ON-LSTM layer;
-* ``ON-LSTM, reference``: the same layer on the reference, where a fast path applies.
-
-With ``--min-length L`` the layer rows get a padded batch, sentence lengths
-uniform in ``[L, T]`` (the first ``T``); they skip the pads, ``nn.LSTM``
-keeps the full batch.  Each row is timed for training (forward + backward of
-``out.sum()``) and inference (forward under ``torch.no_grad``), K
-consecutive calls a repeat (as :mod:`.models` does), the rows interleaved
-within each repeat; the median over repeats is reported with ratios to the
-row's baseline (the ratio of the medians, and the range of the per-repeat
-ratios).  ON-LSTM has 6h gate units per direction against LSTM's 4h (1.5x
-the recurrent and input-projection FLOPs), and the layers add a projection.
+Rows (:func:`build`): ``nn.LSTM`` on the unpadded batch, the reference; the
+LSTM and ON-LSTM layers on ``auto``'s kernel; on CUDA the candidates of
+``--kernels``; the ON-LSTM on the reference.  Timed as :mod:`.models` times.
 """
 
 import argparse
 import functools
-import json
-import statistics
-from typing import Callable, List, NamedTuple, Optional, Sequence
+from typing import Callable, List, NamedTuple, Optional
 
 import torch
 
-from fairseq_posattn.bench.timing import PHASES, Timer, first_calls, interleaved, ratio_range, synchronize
+from fairseq_posattn.bench.timing import (PHASES, TIME_COLUMNS, Timer, add_precision_arguments, add_timing_arguments,
+                                          console_script, finish, first_calls, interleaved, phase_figures, synchronize,
+                                          time_cells)
+from fairseq_posattn.bench.verdict import run_notes
 from fairseq_posattn.kernels import candidates, dispatch, onednn
 from fairseq_posattn.modules.recurrent import RecurrentLayer
 
@@ -66,22 +45,15 @@ def get_parser():
     p.add_argument("--unidirectional", action="store_true", help="every row in one direction (default: both)")
     p.add_argument("--min-length", type=int, default=None,
                    help="pad the layers' batch: lengths uniform in [MIN_LENGTH, seq-len] (default: all seq-len)")
-    p.add_argument("--repeats", type=int, default=7)
-    p.add_argument("--min-repeat-ms", type=float, default=200.0,
-                   help="a repeat times K consecutive calls, K the fewest that last this long, found once per row")
+    add_timing_arguments(p, repeats=7, calls="calls")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (on cuda nn.LSTM is cuDNN's)")
-    precision = p.add_mutually_exclusive_group()
-    precision.add_argument("--fp16", dest="dtype", action="store_const", const=torch.float16,
-                           default=torch.float32, help="every row's weights and inputs in float16")
-    precision.add_argument("--bf16", dest="dtype", action="store_const", const=torch.bfloat16,
-                           help="every row's weights and inputs in bfloat16")
+    add_precision_arguments(p, "dtype", torch.float32, "every row's weights and inputs in {0}")
     p.add_argument("--kernels", type=candidate_kernels, default=",".join(CANDIDATES),
                    help="on CUDA, the candidate kernels timed besides the one auto takes, comma-separated "
                         f"(default: {','.join(CANDIDATES)}; '' for none)")
     p.add_argument("--profile", action="store_true",
                    help="print torch.profiler's forward/backward split and top ops of the ON-LSTM layer")
-    p.add_argument("--json", default=None, help="also write the results here")
     return p
 
 
@@ -94,11 +66,6 @@ class Row(NamedTuple):
     fn: Callable[[], torch.Tensor]
     baseline: str
     candidate: Optional[str] = None
-
-
-def _zero(module):
-    for p in module.parameters():
-        p.grad = None
 
 
 def lstm_label(args) -> str:
@@ -141,7 +108,7 @@ def build(args):
 
 
 def train_step(x, row: Row) -> None:
-    _zero(row.module)
+    row.module.zero_grad(set_to_none=True)
     x.grad = None
     row.fn().sum().backward()
 
@@ -179,14 +146,7 @@ def run(args, timer: Optional[Timer] = None):
         entry = {"label": label, "baseline": row.baseline, "candidate": row.candidate,
                  "params": sum(p.numel() for p in row.module.parameters())}
         for phase in PHASES:
-            mine, base = times[phase][label], times[phase][row.baseline]
-            entry.update({
-                f"{phase}_ms": 1e3 * statistics.median(mine),
-                f"{phase}_ratio": statistics.median(mine) / statistics.median(base),
-                f"{phase}_ratio_range": ratio_range(mine, base),
-                f"{phase}_ms_per_repeat": [1e3 * t for t in mine],
-                f"{phase}_calls_per_repeat": calls[label][phase],
-            })
+            entry.update(phase_figures(phase, times[phase][label], times[phase][row.baseline], calls[label][phase]))
         result["rows"].append(entry)
     if x.is_cuda:
         result["lstm_kernels"] = lstm_kernels(x, next(iter(rows.values())))
@@ -199,27 +159,30 @@ def profile_table(args, row_limit=15):
 
     x, rows = build(args)
     row = rows[ONLSTM]
-    for _ in range(2):  # warm-up
-        train_step(x, row)
-    _zero(row.module)
-    x.grad = None
-    with profile() as prof:
+
+    def train():
+        row.module.zero_grad(set_to_none=True)
+        x.grad = None
         with record_function("forward"):
             out = row.fn().sum()
         with record_function("backward"):
             out.backward()
-    with profile() as prof_infer:
-        infer_step(row)
+
+    for _ in range(2):  # warm-up
+        train()
     tables = []
-    for title, events in (("train step", prof.key_averages()), ("inference step", prof_infer.key_averages())):
+    for title, step in (("train step", train), ("inference step", functools.partial(infer_step, row))):
+        with profile() as prof:
+            step()
+        events = prof.key_averages()
         phases = {e.key: e.cpu_time_total for e in events if e.key in ("forward", "backward")}
-        ops = [e for e in events if e.key not in ("forward", "backward")]
+        ops = [e for e in events if e.key not in phases]
         total = sum(e.self_cpu_time_total for e in ops)
         matmul = sum(e.self_cpu_time_total for e in ops if e.key in MATMULS)
-        head = "ON-LSTM layer, one %s under the profiler: %.1f ms self CPU, of which matmuls %.1f ms (%.0f%%)" % (
-            title, total / 1e3, matmul / 1e3, 100.0 * matmul / total)
+        head = (f"ON-LSTM layer, one {title} under the profiler: {total / 1e3:.1f} ms self CPU, of which matmuls "
+                f"{matmul / 1e3:.1f} ms ({100.0 * matmul / total:.0f}%)")
         if phases:
-            head += "; forward %.1f ms, backward %.1f ms" % (phases["forward"] / 1e3, phases["backward"] / 1e3)
+            head += f"; forward {phases['forward'] / 1e3:.1f} ms, backward {phases['backward'] / 1e3:.1f} ms"
         tables.append(head + "\n" + events.table(sort_by="self_cpu_time_total", row_limit=row_limit))
     return "\n".join(tables)
 
@@ -245,34 +208,19 @@ def main(argv=None):
     print("d=%(dim)d T=%(seq_len)d B=%(batch)d directions=%(directions)d %(dtype)s %(device)s, %(threads)d threads, "
           "torch %(torch)s, median of %(repeats)d interleaved repeats of at least %(min_repeat_ms)g ms" % cfg
           + ", layer lengths " + lengths)
-    print("%-24s %10s %10s %22s %10s %22s %7s  %s" % ("", "params", "train ms", "ratio [per repeat]", "infer ms",
-                                                      "ratio [per repeat]", "K", "base"))
-    for r in result["rows"]:
-        print("%-24s %10d %10.2f %6.2fx [%5.2f-%5.2f] %10.2f %6.2fx [%5.2f-%5.2f] %7s  %s" % (
-            r["label"], r["params"], r["train_ms"], r["train_ratio"], *r["train_ratio_range"],
-            r["infer_ms"], r["infer_ratio"], *r["infer_ratio_range"],
-            "%d/%d" % (r["train_calls_per_repeat"], r["infer_calls_per_repeat"]), r["baseline"]))
-    for label, error in result["failed"].items():
-        print("not measured: %s: %s" % (label, error))
+    table = [f"{'row':<24} {'params':>10} {TIME_COLUMNS}  base"]
+    table += [f"{r['label']:<24} {r['params']:>10,} {time_cells(r)}  {r['baseline']}" for r in result["rows"]]
+    table += run_notes(result)
     if "lstm_kernels" in result:
         persistent = any("persist" in name.lower() for name in result["lstm_kernels"])
-        print("nn.LSTM's GPU kernels in one training step, most time first (%s persistent kernel):"
-              % ("a" if persistent else "no"), "; ".join(result["lstm_kernels"]))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
+        table.append(f"nn.LSTM's GPU kernels in one training step, most time first ({'a' if persistent else 'no'} "
+                     "persistent kernel): " + "; ".join(result["lstm_kernels"]))
     if args.profile:
-        print()
-        print(profile_table(args))
-    if result["failed"]:
-        raise SystemExit("rows not measured: %s" % ", ".join(result["failed"]))
-    return result
+        table += ["", profile_table(args)]
+    return finish(result, "\n".join(table), args.json)
 
 
-def cli_main(argv: Optional[Sequence[str]] = None) -> None:
-    """The console script: :func:`main` without its return value."""
-    main(argv)
-
+cli_main = console_script(main)
 
 if __name__ == "__main__":
     cli_main()

@@ -3,26 +3,15 @@
     fairseq-posattn-bench-structure --sentences 520000 --work /tmp/scale [--workers 2]
 
 Generates (once per ``--work``, ``--sentences`` and ``--seed``) a corpus of
-WMT-like length: words per sentence log-normal (mean about 22, so about 28
-subword pieces at 1.25 pieces per word, a tail to 250 pieces), a Zipfian
-vocabulary whose words keep one subword split, and a random projective
-dependency tree per sentence.  Then runs each step of the structure pipeline
-as its own process, beside fairseq's own counterpart on the same data, and
-prints per step the sentences per second (wall clock), the peak resident
-memory of a process and the bytes per sentence it writes:
-
-1. ``fairseq-posattn-parse --parser conllu``: check the parse against the
-   tokenized text (and write it normalised);
-2. ``fairseq-preprocess``: fairseq binarizes both sides of the text;
-3. ``fairseq-posattn-preprocess --trees-only``: the tree files beside it;
-4. one pass over the training batches (``--max-tokens 4096``) of fairseq's
-   ``translation`` task and of ``translation_struct``, loading excluded
-   (its seconds are printed apart, with those of ``translation_struct``
-   that check the trees against the text).
-
-``--code DIR`` runs the steps with the ``fairseq_posattn`` of another
-checkout (``DIR`` first on ``PYTHONPATH``), for before/after figures on the
-same corpus.  Every step's log is kept under ``--work``.
+WMT-like length (log-normal words per sentence, mean about 22; a Zipfian
+vocabulary whose words keep one subword split; a random projective tree per
+sentence), then runs each step (checking a parse, binarizing, writing the tree
+files, a pass over the batches) as its own process beside fairseq's
+counterpart on the same data and prints per step the sentences per
+second (process start-up and data loading excluded), the peak resident memory
+and the bytes per sentence written.  ``--code DIR`` runs the steps with the
+``fairseq_posattn`` of another checkout, for before/after figures on the same
+corpus.  Every step's log is kept under ``--work``.
 """
 
 import argparse
@@ -39,6 +28,7 @@ from tqdm import tqdm
 
 from ..structure import DependencyTree, write_conllu
 from ..structure.control_trees import random_projective_heads
+from .timing import write_json
 
 WMT14_SENTENCES = 4_500_000
 MAX_PIECES = 250
@@ -290,8 +280,7 @@ def cli_main(argv=None) -> None:
     result = measure(args)
     print(report(result))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
+        write_json(args.json, result)
 
 
 if __name__ == "__main__":

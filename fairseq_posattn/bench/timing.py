@@ -1,10 +1,13 @@
-"""What every benchmark times with: a timer of K consecutive calls, K chosen
-so that a timed repeat lasts long enough to mean something, each row's first
-call (a row that cannot run here is set aside, not the whole run), and the
-timings against a baseline's, repeat by repeat (the spread of these ratios is
-the noise of the machine)."""
+"""What every benchmark times and reports with: a timer of K consecutive
+calls, K chosen so that a timed repeat lasts long enough to mean something,
+each row's first call (a row that cannot run here is set aside, not the whole
+run), the timings against a baseline's, repeat by repeat (the spread of these
+ratios is the noise of the machine), and their table cells."""
 
+import json
 import math
+import statistics
+import sys
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -106,7 +109,67 @@ def per_repeat_ratios(times: Sequence[float], reference: Sequence[float], digits
     return [a / b if digits is None else round(a / b, digits) for a, b in zip(times, reference)]
 
 
-def ratio_range(times: Sequence[float], reference: Sequence[float]) -> List[float]:
-    """Smallest and largest of :func:`per_repeat_ratios`."""
-    ratios = per_repeat_ratios(times, reference)
-    return [min(ratios), max(ratios)]
+def phase_figures(phase: str, times: Sequence[float], reference: Sequence[float], calls: int) -> Dict[str, object]:
+    """A row's figures for ``phase`` (seconds per call, each repeat) against its baseline's
+    in the same repeats: the median, the ratio of the medians, each repeat's ratio and time, K."""
+    median = statistics.median(times)
+    return {f"{phase}_ms": 1000 * median,
+            f"{phase}_ratio": median / statistics.median(reference),
+            f"{phase}_ratio_per_repeat": per_repeat_ratios(times, reference),
+            f"{phase}_ms_per_repeat": [1000 * t for t in times],
+            f"{phase}_calls_per_repeat": calls}
+
+
+TIME_COLUMNS = (f"{'train ms':>9} {'x base':>7} {'per repeat':>11} {'infer ms':>9} {'x base':>7} {'per repeat':>11} "
+                f"{'K':>7}")
+
+
+def time_cells(row: dict) -> str:
+    """The :data:`TIME_COLUMNS` of a row of :func:`phase_figures` (K: train/infer)."""
+    cells = []
+    for phase in PHASES:
+        ratios = row[f"{phase}_ratio_per_repeat"]
+        cells.append(f"{row[phase + '_ms']:9.2f} {row[phase + '_ratio']:7.2f} {min(ratios):5.2f}-{max(ratios):5.2f}")
+    calls = f"{row['train_calls_per_repeat']}/{row['infer_calls_per_repeat']}"
+    return " ".join(cells) + f" {calls:>7}"
+
+
+def add_timing_arguments(parser, repeats: int, calls: str) -> None:
+    """``--repeats``, ``--min-repeat-ms`` and ``--json``."""
+    parser.add_argument("--repeats", type=int, default=repeats, help="timed repeats per row, the rows interleaved")
+    parser.add_argument("--min-repeat-ms", type=float, default=200.0,
+                        help=f"a repeat times K consecutive {calls}, K the fewest that last this long, found once "
+                             "per row; the figures are per call")
+    parser.add_argument("--json", default="", help="also write the report here")
+
+
+def add_precision_arguments(parser, dest: str, default, what: str) -> None:
+    """``--fp16`` and ``--bf16``, each setting ``dest`` to its dtype; ``what`` is their help, formatted with
+    the dtype's name and the flag."""
+    precision = parser.add_mutually_exclusive_group()
+    for flag, dtype in (("fp16", torch.float16), ("bf16", torch.bfloat16)):
+        precision.add_argument(f"--{flag}", dest=dest, action="store_const", const=dtype, default=default,
+                               help=what.format(str(dtype).replace("torch.", ""), flag))
+
+
+def write_json(path: str, report) -> None:
+    with open(path, "w") as out:
+        json.dump(report, out, indent=1)
+
+
+def finish(report: dict, table: str, path: str) -> dict:
+    """Print ``table``, write ``report`` to ``path`` (if given); exit with an error if rows did not run."""
+    print(table)
+    if path:
+        write_json(path, report)
+        print(f"wrote {path}", file=sys.stderr)
+    if report["failed"]:
+        raise SystemExit(f"rows not measured: {', '.join(report['failed'])}")
+    return report
+
+
+def console_script(main: Callable) -> Callable:
+    """``main`` as a console script, its return value dropped (setuptools would exit with it)."""
+    def cli_main(argv: Optional[Sequence[str]] = None) -> None:
+        main(argv)
+    return cli_main
