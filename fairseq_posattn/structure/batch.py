@@ -1,16 +1,10 @@
-"""Piece-level structural positions for a whole batch at once.
-
-The positions are defined, one sentence at a time, by
+"""Piece-level structural positions for a whole batch at once: the values of
 :func:`~fairseq_posattn.structure.tree.piece_structure` (Wang et al. 2019,
-Sec. 3.1, Eq. 5-6: sub-words take their word's depth and relations, EOS is
-placed below the tree).  This module computes the same values for the data
-collater's batches, vectorised: ancestors by repeated parent look-ups in one
-batch-wide parent array, then row copies from words to pieces, laid out and
-padded like fairseq's source tokens.
-``tests/test_structure.py::test_batch_equals_the_definition_sentence_by_sentence``
-checks, on random trees and both rules, that every sentence of a batch
-equals :func:`piece_structure` (pieces, EOS, truncation, left and right
-padding), so a rule changed in ``tree.py`` must be changed here too.
+Sec. 3.1, Eq. 5-6), vectorised for the collater (ancestors by repeated parent
+look-ups in one batch-wide array, then row copies from words to pieces) and
+padded like fairseq's source tokens.  ``tests/test_structure.py`` checks every
+sentence against the definition, so a rule changed in ``tree.py`` fails until
+it is changed here too (docs/structure.md).
 """
 
 from typing import Callable, List, Optional, Sequence, Tuple
