@@ -48,10 +48,8 @@ class SentenceStart(NamedTuple):
 
 @dataclass
 class SentenceIndex:
-    """Every ``every``-th sentence start of a CoNLL-U file (sentences 1,
-    ``every`` + 1, ...), found in one pass over its bytes by
-    :func:`index_sentences`; part ``k`` holds sentences ``k * every + 1`` to
-    ``(k + 1) * every``.  Its memory is one tuple per part."""
+    """Every ``every``-th sentence start of a CoNLL-U file (:func:`index_sentences`):
+    part ``k`` holds sentences ``k * every + 1`` to ``(k + 1) * every``."""
 
     path: str
     every: int
@@ -79,9 +77,7 @@ class SentenceIndex:
 
 
 def _is_blank(raw: bytes) -> bool:
-    """Whether a line ends a sentence, as :func:`read_conllu` decides it
-    (token lines hold tabs and comments start with '#', so only odd lines
-    need decoding)."""
+    """Whether a line ends a sentence, as :func:`read_conllu` decides it (only odd lines are decoded)."""
     if not raw.strip():
         return True
     if b"\t" in raw or raw.lstrip().startswith(b"#"):
@@ -90,9 +86,7 @@ def _is_blank(raw: bytes) -> bool:
 
 
 def index_sentences(path: str, every: int) -> SentenceIndex:
-    """One pass over a CoNLL-U file: its sentence count, sha256 and the start
-    of every ``every``-th sentence (sentences split as :func:`read_conllu`
-    splits them), in constant memory per part."""
+    """One pass over a CoNLL-U file: its sentence count, sha256 and the start of every ``every``-th sentence."""
     if every < 1:
         raise ValueError("every must be >= 1")
     digest = hashlib.sha256()
@@ -192,8 +186,7 @@ def read_conllu(path_or_file: PathOrFile, texts: Optional[Iterable[str]] = None,
 
 
 def _decoded_lines(handle, name: Optional[str], first_line: int = 1) -> Iterator[str]:
-    """The lines of a text or binary file; a binary line that is not UTF-8 is
-    an error naming its line."""
+    """The lines of a text or binary file; a binary line that is not UTF-8 is an error naming its line."""
     for lineno, line in enumerate(handle, first_line):
         if isinstance(line, bytes):
             try:
@@ -243,8 +236,7 @@ def _token_line(block: _Block, line: str, lineno: int, name: Optional[str]) -> N
         return  # empty node: enhanced dependencies only
     m = _RANGE_ID.fullmatch(tid)
     if not m:
-        raise error("ID %s is not a word ID 1, 2, ..., a range a-b or an empty node i.j"
-                    % quoted(tid),
+        raise error("ID %s is not a word ID 1, 2, ..., a range a-b or an empty node i.j" % quoted(tid),
                     _HINT_IDS)
     a, b = int(m.group(1)), int(m.group(2))
     if a >= b:
@@ -272,8 +264,7 @@ def _finish(block: _Block, name: Optional[str], text_lines: Optional[Iterator[st
                     "remove the block or add its token lines")
     if block.ranges and block.ranges[-1][1] > n:
         a, b, _, line = block.ranges[-1]
-        raise error("multiword range %d-%d goes past the last word %d" % (a, b, n), _HINT_IDS,
-                    line)
+        raise error("multiword range %d-%d goes past the last word %d" % (a, b, n), _HINT_IDS, line)
     _, problem = analyse_heads(_head_array(block.heads), block.forms)
     if problem is not None:
         word, what, hint = problem
@@ -294,8 +285,7 @@ def _finish(block: _Block, name: Optional[str], text_lines: Optional[Iterator[st
 
 
 def _head_array(heads: List[int]) -> np.ndarray:
-    """The heads as int64, or as Python integers where one is too large for
-    int64 (it is out of range then, and :func:`analyse_heads` says so)."""
+    """The heads as int64, or as Python integers where one is too large (:func:`analyse_heads` refuses it)."""
     try:
         return np.asarray(heads, dtype=np.int64)
     except OverflowError:

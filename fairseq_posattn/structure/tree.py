@@ -22,13 +22,9 @@ _HINT_CYCLE = ("every word must reach a root (HEAD 0) by following its heads; "
 
 @dataclass
 class DependencyTree:
-    """One sentence's dependency tree over its surface tokens.
-
-    ``heads[i]`` is the 1-based index of the head of word ``i + 1`` (0 = root).
-    ``upos``/``xpos``: the part-of-speech columns, when the source has them.
-    ``source``, ``line`` and ``index`` say where the tree was read from; they
-    are not part of its identity (``==`` ignores them).
-    """
+    """One sentence's dependency tree over its surface tokens: ``heads[i]`` is the
+    1-based head of word ``i + 1`` (0 = root); ``source``, ``line`` and ``index``
+    say where it was read from (``==`` ignores them)."""
 
     words: List[str]
     heads: List[int]
@@ -71,12 +67,8 @@ def _word(i: int, words: Optional[Sequence[str]]) -> str:
 
 def analyse_heads(h: np.ndarray, words: Optional[Sequence[str]] = None
                   ) -> Tuple[Optional[np.ndarray], Optional[Tuple[int, str, str]]]:
-    """Depths of a 1-d int64 head array, or the first problem with it.
-
-    Returns ``(depths, None)`` or ``(None, (word, problem, hint))`` where
-    ``word`` is the 0-based word the problem is found at (-1: the sentence).
-    The depth walk is memoised, so it is O(n): every word is walked up once.
-    """
+    """``(depths, None)`` of a 1-d int64 head array, or ``(None, (word, problem, hint))``
+    with the 0-based word the first problem is found at (-1: the sentence); O(n)."""
     n = len(h)
     bad = np.flatnonzero((h < 0) | (h > n))
     if bad.size:
@@ -111,12 +103,9 @@ def analyse_heads(h: np.ndarray, words: Optional[Sequence[str]] = None
 
 def check_tree(heads: Sequence[int], where: str = "",
                words: Optional[Sequence[str]] = None) -> None:
-    """Raise :class:`StructureError` unless ``heads`` is a dependency tree.
-
-    ``heads`` (1-based, 0 = root) must be non-empty, in range, have at least
-    one root and no cycle.  Several roots are allowed (a forest).  ``where``
-    prefixes the message; ``words``, when given, name the words on a cycle.
-    """
+    """Raise :class:`StructureError` unless ``heads`` (1-based, 0 = root) is a
+    non-empty dependency tree or forest; ``where`` prefixes the message and
+    ``words``, when given, name the words on a cycle."""
     if len(_validated(heads, where, words)[0]) == 0:
         raise fail("the sentence has no words", "a tree needs at least one word", where=where)
 
@@ -175,16 +164,12 @@ def relative_structural_positions(heads: Sequence[int], rule: str = "figure") ->
 def piece_structure(heads: Sequence[int], piece_words: Sequence[int], rule: str = "figure",
                     append_eos: bool = True, max_pieces: Optional[int] = None,
                     ) -> Tuple[np.ndarray, np.ndarray]:
-    """One sentence's depths ``[P]`` and relative structural positions
-    ``[P, P]`` (int64, unclipped) over its pieces, as the encoder sees them.
-
-    ``heads``: 1-based heads of the words (0 = root); ``piece_words``: the
-    0-based word of each piece (:func:`~fairseq_posattn.structure.pieces.piece_word_map`).
-    Sub-words take their word's positions (Sec. 3.1), so the pieces of one
-    word relate at 0.  ``max_pieces`` keeps the first pieces with their
-    full-tree values (fairseq's ``--truncate-source``).  ``append_eos`` adds
-    the EOS this plugin places below the whole tree: depth (maximum depth) +
-    1, its own root, so it relates to every piece by rule 2.
+    """One sentence's depths ``[P]`` and relative structural positions ``[P, P]``
+    (int64, unclipped) over its pieces (``piece_words``: :func:`.pieces.piece_word_map`),
+    as the encoder sees them: sub-words take their word's positions (Sec. 3.1);
+    ``max_pieces`` keeps the first pieces with their full-tree values
+    (``--truncate-source``); ``append_eos`` adds an EOS below the whole tree
+    (depth: the maximum + 1, its own root, related to every piece by rule 2).
     """
     depth = tree_depths(heads)  # Eq. 5
     relative = relative_structural_positions(heads, rule)  # Eq. 6
