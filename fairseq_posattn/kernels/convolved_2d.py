@@ -195,10 +195,8 @@ class _ConvolvedAttention(torch.autograd.Function):
 
 def convolved_attention(conv: Convolution, logits: Tensor, key_padding_mask, weight: Tensor, bias: Tensor,
                         dropout_p: float, seed: int, out_dtype: torch.dtype) -> Tensor:
-    """``dropout(A')`` (Dufter et al. 2020, Sec. 2.5) with ``conv`` from the
-    ``[B, H, T, T]`` logits (every score term, not masked), the ``[B, T]``
-    padding mask (True at pads) or None, the per-head filters and biases, the
-    attention dropout and its Philox seed, in ``out_dtype`` (the values')."""
+    """``dropout(A')`` (Dufter et al. 2020, Sec. 2.5) with ``conv`` from the unmasked ``[B, H, T, T]``
+    logits and the ``[B, T]`` padding mask (True at pads) or None, in ``out_dtype`` (the values')."""
     return _ConvolvedAttention.apply(logits, key_padding_mask, weight, bias, dropout_p, seed, out_dtype, conv)
 
 

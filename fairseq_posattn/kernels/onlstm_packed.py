@@ -47,9 +47,8 @@ class PackedRecurrence(NamedTuple):
 
 
 def gate_buffers(xs: Tensor, w_ih: Tensor, bias: Tensor, save: bool, empty=torch.empty) -> Tuple[Tensor, Tensor]:
-    """The input projections ``xg [D, N, G]`` (one ``baddbmm`` with the bias) and
-    the activated gates' buffer (``xg`` where the dtypes agree; empty without
-    ``save``), from ``empty`` (``torch.empty``'s signature)."""
+    """The input projections ``xg [D, N, G]`` and the activated gates' buffer (``xg`` where the
+    dtypes agree; empty without ``save``), from ``empty`` (``torch.empty``'s signature)."""
     num_dir, num_rows, _ = xs.shape
     num_gates = w_ih.size(2)
     acc = torch.promote_types(xs.dtype, torch.float32)

@@ -311,8 +311,7 @@ def _block_size(length: int) -> int:
 
 
 def _in_layout(x: Tensor, like: Tensor) -> Tensor:
-    """``x`` with the strides of ``like`` (one set of strides serves every
-    ``[B, H, T, D]`` tensor of the kernels)."""
+    """``x`` with the strides of ``like`` (one set serves every ``[B, H, T, D]`` tensor of the kernels)."""
     return x if x.stride() == like.stride() else torch.empty_like(like, dtype=x.dtype).copy_(x)
 
 
