@@ -1,13 +1,11 @@
 """The 2d convolved attention around its convolution in Triton kernels.
 
 Dufter, Schmitt & Schütze (2020), Sec. 2.5: ``A' = ReLU(conv(softmax(A)))``
-with one 3x3 filter and bias per head, masked and dropped out as
-:class:`..modules.convolved_attention.ConvolvedAttention2d` and the attention
-layer's explicit path do it.  Two kernels run the forward (the masked
-softmax, kept for the backward; the convolution, ReLU, mask and dropout) and
-two the backward (docs/architectures.md), float32 inside.  They take the
-convolution as a :class:`Convolution` of Triton functions, so the 1d
-candidate (:mod:`.candidates.convolved_1d`) runs in them too.
+with one 3x3 filter and bias per head, masked and dropped out as the
+attention layer's explicit path does it; two kernels each way, float32
+inside (docs/architectures.md).  The convolution is a :class:`Convolution`
+of Triton functions, so that the 1d candidate (:mod:`.candidates.convolved_1d`)
+runs in the same kernels.
 """
 
 from typing import Callable, NamedTuple
@@ -125,13 +123,11 @@ if triton is not None:
         """``sum_{a,b} w[a, b] P[i + a - 1, j + b - 1]`` (``FLIP``: ``P[i - a + 1, j - b + 1]``,
         the transposed convolution) over a tile."""
         acc = tl.zeros((rows.shape[0], cols.shape[0]), dtype=tl.float32)
+        sign: tl.constexpr = -1 if FLIP else 1
         for a in tl.static_range(3):
             for b in tl.static_range(3):
                 w = tl.load(W + h * 9 + a * 3 + b)
-                if FLIP:
-                    acc += w * shifted(P, bh, rows - a + 1, cols - b + 1, T)
-                else:
-                    acc += w * shifted(P, bh, rows + a - 1, cols + b - 1, T)
+                acc += w * shifted(P, bh, rows + sign * (a - 1), cols + sign * (b - 1), T)
         return acc
 
     @triton.jit
@@ -199,10 +195,8 @@ class _ConvolvedAttention(torch.autograd.Function):
 
 def convolved_attention(conv: Convolution, logits: Tensor, key_padding_mask, weight: Tensor, bias: Tensor,
                         dropout_p: float, seed: int, out_dtype: torch.dtype) -> Tensor:
-    """``dropout(A')`` (Dufter et al. 2020, Sec. 2.5) with ``conv`` from the
-    ``[B, H, T, T]`` logits (every score term, not masked), the ``[B, T]``
-    padding mask (True at pads) or None, the per-head filters and biases, the
-    attention dropout and its Philox seed, in ``out_dtype`` (the values')."""
+    """``dropout(A')`` (Dufter et al. 2020, Sec. 2.5) with ``conv`` from the unmasked ``[B, H, T, T]``
+    logits and the ``[B, T]`` padding mask (True at pads) or None, in ``out_dtype`` (the values')."""
     return _ConvolvedAttention.apply(logits, key_padding_mask, weight, bias, dropout_p, seed, out_dtype, conv)
 
 

@@ -1,15 +1,12 @@
 """Which code computes the encoder's self-attention and its ON-LSTM
 recurrence, decided here and nowhere else.
 
-:data:`KERNELS` is the one table of kernels: the flags' choices
-(:data:`OPTIONS`) and help (:func:`help_text`), the build log's lines
-(:func:`describe`) and the manual's tables (``python -m
-fairseq_posattn.kernels``) come from it.  :func:`check` refuses, when a layer
-is built, an option that cannot run here or compute the layer (a removed one
-with its CHANGELOG entry); per call, :func:`attention_kernel` and
-:func:`recurrent_kernel` pick the kernel.  The :data:`CANDIDATES` (code in
-:mod:`.candidates`) wait for a measurement: no flag value asks for them,
-only :func:`.candidates.use` puts one in a layer's ``kernel``.
+:data:`KERNELS` is the one table: the flags' choices, help and build-log
+lines and the manual's tables (``python -m fairseq_posattn.kernels``) come
+from it.  :func:`check` refuses, when a layer is built, an option that cannot
+run here or compute the layer; per call :func:`attention_kernel` and
+:func:`recurrent_kernel` pick the kernel.  No flag value asks for the
+:data:`CANDIDATES`: only :func:`.candidates.use` puts one in a layer.
 """
 
 import argparse
@@ -95,21 +92,22 @@ OPTIONS = {layer: ("auto",) + tuple(dict.fromkeys(k.option for k in KERNELS if k
 # the candidates (.candidates): no flag value asks for them, candidates.use puts them in a model's layers
 _VERDICT = ("promoted to auto's choice on a GPU where it beats {rival} beyond the per-repeat spread at the default "
             "and a WMT-like batch, in fp16 and bf16 ({bench}); removed otherwise")
+
+
+def _recurrence_candidate(module, computes: str, removed_option: str, *layout) -> Kernel:
+    """A candidate for onlstm_triton's place in ``module``, measured on the row ``onlstm-san-<removed_option>``."""
+    bench = f"fairseq-posattn-bench-recurrent --device cuda, fairseq-posattn-bench --rows onlstm-san-{removed_option}"
+    return Kernel(module.__name__.rsplit(".", 1)[1], RECURRENCE, None, computes, "", module.__name__,
+                  run=PackedRecurrence(module.onlstm_forward, module.onlstm_backward, *layout),
+                  removed_option=removed_option, verdict=_VERDICT.format(rival="onlstm_triton", bench=bench),
+                  **_NEEDS_TRITON)
+
+
 CANDIDATES = (
-    Kernel("onlstm_persistent", RECURRENCE, None, "every time step of a layer in one Triton launch each way, the "
-           "programs sharing each step's matmul with a barrier between phases", "",
-           "fairseq_posattn.kernels.candidates.onlstm_persistent",
-           run=PackedRecurrence(onlstm_persistent.onlstm_forward, onlstm_persistent.onlstm_backward),
-           removed_option="persistent", **_NEEDS_TRITON, verdict=_VERDICT.format(
-               rival="onlstm_triton", bench="fairseq-posattn-bench-recurrent --device cuda, fairseq-posattn-bench "
-                                            "--rows onlstm-san-persistent")),
-    Kernel("onlstm_cuda_graphs", RECURRENCE, None, "onlstm_triton's steps replayed from CUDA graphs, the batch "
-           "padded to multiples of 8 sentences and steps", "", "fairseq_posattn.kernels.candidates.onlstm_cuda_graphs",
-           run=PackedRecurrence(onlstm_cuda_graphs.onlstm_forward, onlstm_cuda_graphs.onlstm_backward,
-                                onlstm_cuda_graphs.bucketed_layout),
-           removed_option="graph", **_NEEDS_TRITON, verdict=_VERDICT.format(
-               rival="onlstm_triton", bench="fairseq-posattn-bench-recurrent --device cuda, fairseq-posattn-bench "
-                                            "--rows onlstm-san-graph")),
+    _recurrence_candidate(onlstm_persistent, "every time step of a layer in one Triton launch each way, the "
+                          "programs sharing each step's matmul with a barrier between phases", "persistent"),
+    _recurrence_candidate(onlstm_cuda_graphs, "onlstm_triton's steps replayed from CUDA graphs, the batch padded to "
+                          "multiples of 8 sentences and steps", "graph", onlstm_cuda_graphs.bucketed_layout),
     Kernel("conv1d_triton", ATTENTION, None, "the 1d convolved attention (softmax, masks, convolution along the "
            "queries as matmuls, ReLU, dropout) in Triton kernels, after any score terms, without value terms", "",
            "fairseq_posattn.kernels.candidates.convolved_1d", run=convolved_1d.convolved_attention_1d,
@@ -190,9 +188,7 @@ def parse_option(layer: str):
     return parse
 
 
-@functools.lru_cache(maxsize=None)
-def _warn_once(message: str) -> None:
-    logger.warning(message)
+_warn_once = functools.lru_cache(maxsize=None)(logger.warning)
 
 
 def attention_kernel(layer, query: Tensor, need_weights: bool) -> Kernel:

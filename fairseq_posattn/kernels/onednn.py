@@ -1,13 +1,10 @@
-"""oneDNN's packed weights for the ON-LSTM's float32 matmuls on the CPU.
-
-The only module that calls torch's private oneDNN ops:
-``mkldnn::_reorder_linear_weight`` lays a weight out for oneDNN once, and
-``mkldnn::_linear_pointwise`` multiplies by the laid-out weight (the C++
-cell, :mod:`.onlstm_cpp`, calls the latter with the layouts it is handed,
-and gets none unless :func:`applies`).  They are used only on the
-torch releases they were checked on (:data:`ONEDNN_TESTED_TORCH`, 2.11 to
-2.13) and after one probe call of each has worked; anywhere else the
-products are ``mm``/``addmm``.
+"""oneDNN's packed weights for the ON-LSTM's float32 matmuls on the CPU: the
+only module that calls torch's private ``mkldnn::_reorder_linear_weight``
+(a weight laid out once) and ``mkldnn::_linear_pointwise`` (a product with
+it; the C++ cell :mod:`.onlstm_cpp` calls it on the layouts it is handed).
+Used only on the torch releases they were checked on
+(:data:`ONEDNN_TESTED_TORCH`) after one probe call of each has worked;
+anywhere else the products are ``mm``/``addmm``.
 """
 
 import logging
@@ -28,10 +25,9 @@ MATMUL_OPS = ("mkldnn::_linear_pointwise",)
 
 
 def layouts(w: Tensor, rows: int, keep: bool = False) -> List[Tensor]:
-    """Each ``w[d]`` (``w [D, K, M]``) in oneDNN's layout for ``[rows, K] @ w[d]``,
-    none where :func:`applies` says no.  With ``keep`` (inference) they are kept
-    while ``w`` holds the values laid out (compared each call, which also sees
-    writes through ``w.data``), until ``w`` is freed or :func:`forget_layouts`."""
+    """Each ``w[d]`` (``w [D, K, M]``) in oneDNN's layout for ``[rows, K] @ w[d]`` (none where
+    :func:`applies` says no); with ``keep`` (inference) kept while ``w`` holds the values
+    laid out (compared each call), until ``w`` is freed or :func:`forget_layouts`."""
     if not applies(w):
         return []
     if not keep:
@@ -46,16 +42,13 @@ _KEPT = WeakIdKeyDictionary()  # weight -> (a copy of the values laid out, their
 
 
 def forget_layouts(*weights: Tensor) -> None:
-    """Drop the layouts kept for ``weights`` (training changes them every
-    update: keeping them would only hold memory)."""
+    """Drop the layouts kept for ``weights`` (training changes them every update)."""
     for w in weights:
         _KEPT.pop(w, None)
 
 
 def direction_matmuls(x: List[Tensor], w: List[Tensor], packed: List[Tensor]) -> List[Tensor]:
-    """``x[d] @ w[d]`` for every direction (a ``[D, ...]`` tensor or a list
-    of one matrix per direction each), one matrix each: ``mm``, or one oneDNN
-    matmul each on ``packed`` (:func:`layouts` of ``w``)."""
+    """``x[d] @ w[d]`` for every direction: ``mm``, or oneDNN's matmul on ``packed`` (:func:`layouts` of ``w``)."""
     if len(packed) == 0:
         return [torch.mm(x[d], w[d]) for d in range(len(x))]
     return [torch.ops.mkldnn._linear_pointwise(x[d], packed[d], None, "none", [None], "") for d in range(len(x))]
@@ -65,9 +58,7 @@ _PROBE: dict = {}
 
 
 def _onednn_works() -> bool:
-    """One probe call of each private op, as the matmuls call them (once per
-    process); an error from either (a changed signature, a missing op) turns
-    them off with one warning."""
+    """One probe call of each private op, once per process; an error from either turns them off with one warning."""
     if "works" not in _PROBE:
         try:
             w = torch.ones(2, 3)
@@ -83,9 +74,8 @@ def _onednn_works() -> bool:
 
 
 def applies(w: Tensor) -> bool:
-    """oneDNN's packed matmuls take the products: float32 on a CPU, oneDNN
-    built and enabled (``torch.backends.mkldnn.flags(enabled=False)`` turns
-    them off), a torch release in :data:`ONEDNN_TESTED_TORCH`, and the probe worked."""
+    """oneDNN's packed matmuls take the products: float32 on a CPU, oneDNN built and
+    enabled, a torch release in :data:`ONEDNN_TESTED_TORCH`, and the probe worked."""
     first, last = ONEDNN_TESTED_TORCH
     release = tuple(int(part) for part in torch.__version__.split(".")[:2])
     return (w.device.type == "cpu" and w.dtype == torch.float32

@@ -1,10 +1,8 @@
 """The ON-LSTM recurrence on the CPU in C++ (float32): the time steps of
 :func:`..modules.onlstm_reference.onlstm_cell` in ``csrc/onlstm_cell.cpp``,
-forward and a hand-written backward, each step one recurrent matmul per
-direction and one pass over its rows.  ``fairseq-posattn-build-cell`` (run by
-``scripts/setup_env.sh``) compiles it ahead of time for this torch, source
-and CPU instruction set (:func:`build_dir`); :func:`available` only loads
-such a build and otherwise names what is missing.
+forward and a hand-written backward.  ``fairseq-posattn-build-cell`` compiles
+it ahead of time for this torch, source and CPU instruction set
+(:func:`build_dir`); :func:`available` only loads such a build.
 """
 
 import argparse
@@ -91,10 +89,9 @@ def onlstm_forward(
     xs: Tensor, w_ih: Tensor, bias: Tensor, w_hh: Tensor, batch_sizes: List[int],
     hidden: int, chunk_size: int, save: bool,
 ) -> Tuple[Tensor, List[Tensor], Tensor]:
-    """The layer's recurrence over packed inputs ``xs [D, N, C]``: hidden states
-    ``[D, N + 1, hidden]`` (row N zero), and with ``save`` the activated gates
-    (one ``[N, G]`` per direction, written over their pre-activations) and the
-    cell states ``[D, N, hidden]`` for :func:`onlstm_backward`."""
+    """The recurrence over packed inputs ``xs [D, N, C]``: hidden states ``[D, N + 1, hidden]``
+    (row N zero), and with ``save`` the activated gates (one ``[N, G]`` per direction,
+    over their pre-activations) and the cell states ``[D, N, hidden]`` for :func:`onlstm_backward`."""
     if save:  # training: the weights change every update, lay them out anew
         onednn.forget_layouts(w_ih, w_hh)
     layouts_ih = onednn.layouts(w_ih, xs.size(1), keep=not save)
@@ -111,9 +108,8 @@ def onlstm_backward(
     grad_hs: Tensor, w_hh: Tensor, hs: Tensor, acts: List[Tensor], cells: Tensor,
     batch_sizes: List[int], hidden: int, chunk_size: int,
 ) -> Tuple[List[Tensor], Tensor]:
-    """Back-propagation through time (Hao et al. Eq. 3-9): the gradients of the
-    gates' pre-activations (written over the saved gates, one ``[N, G]`` per
-    direction) and of ``w_hh``."""
+    """Back-propagation through time (Hao et al. Eq. 3-9): the gradients of the gates'
+    pre-activations (over the saved gates) and of ``w_hh``."""
     if len(batch_sizes) == 0:
         return acts, torch.zeros_like(w_hh)
     w_t = w_hh.transpose(1, 2)  # [D, G, hidden]

@@ -1,8 +1,7 @@
-"""The packed layout that the ON-LSTM's fast paths walk: time-major rows,
-sentences sorted longest first, step ``t`` over the ``batch_sizes[t]``
-sentences longer than ``t``, so no pad is computed (:func:`packed_layout`);
-its buffers, its step offsets and the weight gradients computed after the
-loop.  A fast path is a :class:`PackedRecurrence`.
+"""The packed layout that the ON-LSTM's fast paths (:class:`PackedRecurrence`)
+walk: time-major rows, sentences sorted longest first, step ``t`` over the
+``batch_sizes[t]`` sentences longer than ``t``, so no pad is computed; its
+buffers, step offsets and the weight gradients computed after the loop.
 """
 
 import itertools
@@ -48,9 +47,8 @@ class PackedRecurrence(NamedTuple):
 
 
 def gate_buffers(xs: Tensor, w_ih: Tensor, bias: Tensor, save: bool, empty=torch.empty) -> Tuple[Tensor, Tensor]:
-    """The input projections ``xg [D, N, G]`` (one ``baddbmm`` with the bias) and
-    the activated gates' buffer (``xg`` where the dtypes agree; empty without
-    ``save``), from ``empty`` (``torch.empty``'s signature)."""
+    """The input projections ``xg [D, N, G]`` and the activated gates' buffer (``xg`` where the
+    dtypes agree; empty without ``save``), from ``empty`` (``torch.empty``'s signature)."""
     num_dir, num_rows, _ = xs.shape
     num_gates = w_ih.size(2)
     acc = torch.promote_types(xs.dtype, torch.float32)
@@ -83,11 +81,8 @@ def step_starts(batch_sizes: List[int]) -> List[int]:
 
 
 def recurrent_weight_grad(hs: Tensor, grad_xg: List[Tensor], w_hh: Tensor, batch_sizes: List[int]) -> Tensor:
-    """``dW_hh = sum_t h_{t-1}^T dg_t`` (``h_{-1} = 0``; ``grad_xg`` one ``[N, G]``
-    per direction): one matmul per direction over all steps.
-
-    ``h_{t-1}`` is the first ``batch_sizes[t]`` rows of step ``t - 1``, all
-    of it without padding."""
+    """``dW_hh = sum_t h_{t-1}^T dg_t`` (``h_{-1} = 0``; ``grad_xg`` one ``[N, G]`` per
+    direction), one matmul per direction; ``h_{t-1}``: the first ``batch_sizes[t]`` rows of step ``t - 1``."""
     steps = len(batch_sizes)
     if steps < 2:
         return torch.zeros_like(w_hh)
@@ -102,8 +97,7 @@ def recurrent_weight_grad(hs: Tensor, grad_xg: List[Tensor], w_hh: Tensor, batch
 
 
 def direction_weight_grads(x: Tensor, grad_out: List[Tensor], weight: Tensor) -> Tensor:
-    """The gradient of a per-direction product ``x[d] @ weight[d]``: ``x[d]^T @ grad_out[d]``
-    for every direction, one ``mm`` each written into one tensor shaped like ``weight``."""
+    """The gradient of a per-direction product ``x[d] @ weight[d]``: ``x[d]^T @ grad_out[d]`` for every ``d``."""
     grad = torch.empty_like(weight)
     for d in range(len(grad_out)):
         torch.mm(x[d].t(), grad_out[d], out=grad[d])

@@ -1,12 +1,9 @@
-"""The ON-LSTM recurrence on CUDA, one time step at a time: per step one
-matmul (cuBLAS) and one fused Triton kernel for the gates of
-:func:`..modules.onlstm_reference.onlstm_cell` (Hao et al. 2019, Eq. 3-9)
-and the cell update, forward and a hand-written backward; one program per
-row (one sentence, one direction).  The row arithmetic (:func:`row_forward`,
-:func:`row_backward`, float32) keeps each gate's units as a ``[n_chunk,
-chunk_size]`` tile, so a master unit covers its chunk by broadcasting.  The
-candidates reuse it and the step loops (:func:`forward_steps`,
-:func:`backward_steps`).
+"""The ON-LSTM recurrence on CUDA (Hao et al. 2019, Eq. 3-9), one time step
+at a time: per step one matmul (cuBLAS) and one fused Triton kernel for the
+gates and the cell update, forward and a hand-written backward, one program
+per row (one sentence, one direction).  The row arithmetic (float32) keeps
+each gate's units as a ``[n_chunk, chunk_size]`` tile, so a master unit covers
+its chunk by broadcasting; the candidates reuse it and the step loops.
 """
 
 from typing import List, Tuple
@@ -130,13 +127,8 @@ if triton is not None:
         BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr,
         HAS_PREV: tl.constexpr, SAVE: tl.constexpr,
     ):
-        """One step of one row: ``z = x (+ rec)``, gates, cumax, ``c``, ``h`` (Hao et al. 2019, Eq. 3-9).
-
-        Row strides are the unit counts (``G`` for gates, ``HIDDEN`` for
-        states); ``*_dir`` are the direction strides.  ``SAVE`` writes the
-        activated gates (sigmoid f, i, o; tanh c_hat; the master softmax
-        probabilities) to ``act_ptr``, which may alias ``x_ptr``.
-        """
+        """:func:`row_forward` of ``z = x (+ rec)`` for one row; ``*_dir`` are the
+        direction strides; ``act_ptr`` may alias ``x_ptr``."""
         row = tl.program_id(0)
         d = tl.program_id(1)
         G: tl.constexpr = 4 * HIDDEN + 2 * N_CHUNK
@@ -152,9 +144,7 @@ if triton is not None:
             zc += rc
             zmf += rmf
             zmi += rmi
-            c_prev = tl.load(c_prev_ptr + d * c_dir + row * HIDDEN + unit, mask=mask, other=0.0)
-        else:
-            c_prev = tl.zeros((BLOCK_M, BLOCK_C), dtype=tl.float32)
+        c_prev = tl.load(c_prev_ptr + d * c_dir + row * HIDDEN + unit, mask=mask & HAS_PREV, other=0.0)
         tl.debug_barrier()  # every read of the row is done before ``act_ptr`` overwrites it
         row_forward(zf, zi, zo, zc, zmf, zmi, c_prev, act_ptr + d * act_dir + row * G,
                     c_ptr + d * c_dir + row * HIDDEN, h_ptr + d * h_dir + row * HIDDEN, unit, mask, m, valid,
@@ -168,13 +158,9 @@ if triton is not None:
         BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr,
         HAS_PREV: tl.constexpr, HAS_REC: tl.constexpr,
     ):
-        """Gradients of one step of one row w.r.t. its pre-activations (Eq. 3-9 back-propagated).
-
-        ``dh = gh (+ rec`` for rows ``< n_rec``: the later step's recurrent
-        gradient); ``dc_ptr`` holds the cell gradient from the later step
-        (zero for rows that end here) and gets ``dc * f_hat`` for the
-        earlier one; ``dg_ptr`` gets the gate gradients (it may alias ``act_ptr``).
-        """
+        """:func:`row_backward` of one row with ``dh = gh (+ rec`` for rows ``< n_rec``:
+        the later step's recurrent gradient) and ``dc`` from ``dc_ptr`` (zero for
+        rows that end here); ``dg_ptr`` may alias ``act_ptr``."""
         row = tl.program_id(0)
         d = tl.program_id(1)
         G: tl.constexpr = 4 * HIDDEN + 2 * N_CHUNK
@@ -182,10 +168,7 @@ if triton is not None:
         f, i, o, c_hat, pf, pi = load_gates(act_ptr + d * act_dir + row * G, unit, mask, m, valid,
                                             HIDDEN, N_CHUNK, 0.0, "")
         c = tl.load(c_ptr + d * c_dir + row * HIDDEN + unit, mask=mask, other=0.0)
-        if HAS_PREV:
-            c_prev = tl.load(c_prev_ptr + d * c_dir + row * HIDDEN + unit, mask=mask, other=0.0)
-        else:
-            c_prev = tl.zeros((BLOCK_M, BLOCK_C), dtype=tl.float32)
+        c_prev = tl.load(c_prev_ptr + d * c_dir + row * HIDDEN + unit, mask=mask & HAS_PREV, other=0.0)
         dh = tl.load(gh_ptr + d * gh_dir + row * HIDDEN + unit, mask=mask, other=0.0).to(tl.float32)
         if HAS_REC:
             if row < n_rec:
@@ -220,9 +203,8 @@ def weight_gradient(grad_xg: Tensor, acts: Tensor, hs: Tensor, w_hh: Tensor, bat
 
 def forward_steps(xg: Tensor, acts: Tensor, cells: Tensor, out: Tensor, w_hh: Tensor, batch_sizes: List[int],
                   hidden: int, chunk_size: int, save: bool) -> None:
-    """The steps of :func:`onlstm_forward`, one matmul and one fused kernel
-    each, in the buffers of :func:`.onlstm_packed.gate_buffers` and
-    :func:`.onlstm_packed.state_buffers` (the input projections ``xg`` already in)."""
+    """The steps of :func:`onlstm_forward` in the buffers of :mod:`.onlstm_packed`
+    (the input projections ``xg`` already in)."""
     num_dir = xg.size(0)
     shape = tile_shape(hidden, chunk_size)
     prev = 0
@@ -244,8 +226,7 @@ def onlstm_forward(
     xs: Tensor, w_ih: Tensor, bias: Tensor, w_hh: Tensor, batch_sizes: List[int],
     hidden: int, chunk_size: int, save: bool,
 ) -> Tuple[Tensor, Tensor, Tensor]:
-    """:func:`.onlstm_cpp.onlstm_forward`'s arguments and results (the gates one
-    ``[D, N, G]`` tensor), one matmul and one fused kernel per step."""
+    """:func:`.onlstm_cpp.onlstm_forward`'s arguments and results (the gates one ``[D, N, G]`` tensor)."""
     xg, acts = gate_buffers(xs, w_ih, bias, save)
     cells, out = state_buffers(xs, batch_sizes, hidden, save)
     forward_steps(xg, acts, cells, out, w_hh, batch_sizes, hidden, chunk_size, save)
@@ -254,9 +235,8 @@ def onlstm_forward(
 
 def backward_steps(grad_hs: Tensor, w_hh: Tensor, acts: Tensor, cells: Tensor, grad_xg: Tensor,
                    batch_sizes: List[int], hidden: int, chunk_size: int) -> None:
-    """The steps of :func:`onlstm_backward`, last first, one fused kernel and
-    one matmul each: the gate gradients into ``grad_xg``
-    (:func:`gate_gradient_buffer`)."""
+    """The steps of :func:`onlstm_backward`, last first: the gate gradients into
+    ``grad_xg`` (:func:`gate_gradient_buffer`)."""
     num_dir = acts.size(0)
     steps = len(batch_sizes)
     if steps == 0:
@@ -283,8 +263,7 @@ def onlstm_backward(
     grad_hs: Tensor, w_hh: Tensor, hs: Tensor, acts: Tensor, cells: Tensor,
     batch_sizes: List[int], hidden: int, chunk_size: int,
 ) -> Tuple[Tensor, Tensor]:
-    """:func:`.onlstm_cpp.onlstm_backward`'s arguments and results, one fused
-    kernel and one matmul per step."""
+    """:func:`.onlstm_cpp.onlstm_backward`'s arguments and results."""
     grad_xg = gate_gradient_buffer(acts, hs)
     backward_steps(grad_hs, w_hh, acts, cells, grad_xg, batch_sizes, hidden, chunk_size)
     return grad_xg, weight_gradient(grad_xg, acts, hs, w_hh, batch_sizes)

@@ -6,16 +6,10 @@ positions (sequential, and Wang et al. 2019's structural positions)::
     e_ij = q_i (k_j + sum_s a^K_s[b_s(i, j)])^T / sqrt(d_h)               (Eq. 4)
     z_i  = sum_j p~_ij (v_j + sum_s a^V_s[b_s(i, j)])                      (Eq. 3)
 
-with ``b_s(i, j)`` the clipped relative position of set ``s`` as a row of
-its ``2k+1``-row tables, ``p = softmax(e)`` (padded keys at float32's most
-negative value, as on the explicit path) and ``p~`` after dropout.  The
-forward is an online softmax over key blocks (Dao et al. 2022) that keeps
-each query row's dropped probability mass per bucket for the value tables;
-the backward recomputes ``p`` from each row's maximum and normaliser and
-the dropout mask from its Philox seed, one kernel over query blocks (``dq``,
-the tables' gradients in a slot per program: no atomics) and one over key
-blocks (``dk``, ``dv``); docs/architectures.md.  Logits, softmax and bucket
-masses are float32 in every precision.
+with ``b_s(i, j)`` the clipped relative position's table row and ``p~`` the
+dropped ``softmax(e)``.  An online softmax over key blocks (Dao et al. 2022)
+keeps each row's dropped mass per bucket for the value tables; the backward
+recomputes ``p`` and the dropout mask (docs/architectures.md).
 """
 
 from typing import List, Optional, Sequence, Tuple
@@ -40,13 +34,10 @@ if triton is not None:
         return tl.load(ptr + rows[:, None] * row_stride + cols[None, :], mask=mask, other=other)
 
     @triton.jit
-    def _query_tile(ptr, rows, dims, stride_t, T, D, FLOAT32_DOTS: tl.constexpr):
-        """A block of query rows in the dtype every ``tl.dot`` of the kernels
-        multiplies in: the input's, float32 where ``FLOAT32_DOTS``."""
-        q = _tile(ptr, rows, dims, stride_t, T, D, 0.0)
-        if FLOAT32_DOTS:
-            q = q.to(tl.float32)
-        return q
+    def _store_tile(ptr, x, rows, cols, row_stride, n_rows, n_cols):
+        """``x`` in ``ptr``'s dtype where :func:`_tile` would load it from."""
+        mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
+        tl.store(ptr + rows[:, None] * row_stride + cols[None, :], x.to(ptr.dtype.element_ty), mask=mask)
 
     @triton.jit
     def _bucket_sums(x, buckets, R: tl.constexpr, R_PAD: tl.constexpr):
@@ -62,6 +53,21 @@ if triton is not None:
         """``x @ table^T``, ``[BLOCK, R_PAD]`` float32: a row's product with every table row."""
         table = _tile(table_ptr, tl.arange(0, R_PAD), dims, D, R, D, 0.0)
         return tl.dot(x, tl.trans(table.to(x.dtype)), input_precision=PRECISION)
+
+    @triton.jit
+    def _query_block(Q, AK0, AK1, base, rows, dims, stride_t, T, D, R0: tl.constexpr, R1: tl.constexpr,
+                     R0_PAD: tl.constexpr, R1_PAD: tl.constexpr, TWO_SETS: tl.constexpr,
+                     FLOAT32_DOTS: tl.constexpr, PRECISION: tl.constexpr):
+        """A block of query rows ``q`` (float32 where ``FLOAT32_DOTS``, else the
+        dtype every ``tl.dot`` multiplies in) and ``q A^K^T`` of each set."""
+        q = _tile(Q + base, rows, dims, stride_t, T, D, 0.0)
+        if FLOAT32_DOTS:
+            q = q.to(tl.float32)
+        qa0 = _per_row(q, AK0, R0, R0_PAD, dims, D, PRECISION)
+        qa1 = qa0
+        if TWO_SETS:
+            qa1 = _per_row(q, AK1, R1, R1_PAD, dims, D, PRECISION)
+        return q, qa0, qa1
 
     @triton.jit
     def _to_table(x, table_ptr, R: tl.constexpr, R_PAD: tl.constexpr, dims, D, PRECISION: tl.constexpr):
@@ -105,22 +111,18 @@ if triton is not None:
     def _row_block(Q, DO, M, L, DELTA, AK0, AV0, AK1, AV1, base, bh, rows, dims, stride_t, T, D,
                    R0: tl.constexpr, R1: tl.constexpr, R0_PAD: tl.constexpr, R1_PAD: tl.constexpr,
                    TWO_SETS: tl.constexpr, FLOAT32_DOTS: tl.constexpr, PRECISION: tl.constexpr):
-        """What the backward reads of a block of query rows: ``q``, ``dO``, the
-        rows' maximum, normaliser and ``dO . O``, and their products with the
-        key tables (``q A^K^T``) and the value tables (``dO A^V^T``)."""
-        q = _query_tile(Q + base, rows, dims, stride_t, T, D, FLOAT32_DOTS)
+        """What the backward reads of a block of query rows: :func:`_query_block`,
+        ``dO``, the rows' maximum, normaliser and ``dO . O``, and ``dO A^V^T``."""
+        q, qa0, qa1 = _query_block(Q, AK0, AK1, base, rows, dims, stride_t, T, D, R0, R1, R0_PAD, R1_PAD,
+                                   TWO_SETS, FLOAT32_DOTS, PRECISION)
         do = _tile(DO + base, rows, dims, stride_t, T, D, 0.0).to(q.dtype)
         row_max = tl.load(M + bh * T + rows, mask=rows < T, other=0.0)
         row_sum = tl.load(L + bh * T + rows, mask=rows < T, other=1.0)
         delta = tl.load(DELTA + bh * T + rows, mask=rows < T, other=0.0)
-        do32 = do.to(tl.float32)
-        qa0 = _per_row(q, AK0, R0, R0_PAD, dims, D, PRECISION)
-        da0 = _per_row(do32, AV0, R0, R0_PAD, dims, D, PRECISION)
-        qa1 = qa0
+        da0 = _per_row(do.to(tl.float32), AV0, R0, R0_PAD, dims, D, PRECISION)
         da1 = da0
         if TWO_SETS:
-            qa1 = _per_row(q, AK1, R1, R1_PAD, dims, D, PRECISION)
-            da1 = _per_row(do32, AV1, R1, R1_PAD, dims, D, PRECISION)
+            da1 = _per_row(do.to(tl.float32), AV1, R1, R1_PAD, dims, D, PRECISION)
         return q, do, row_max, row_sum, delta, qa0, qa1, da0, da1
 
     @triton.jit
@@ -155,11 +157,8 @@ if triton is not None:
         base = b * stride_b + (bh % H) * stride_h
         rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
         dims = tl.arange(0, BLOCK_D)
-        q = _query_tile(Q + base, rows, dims, stride_t, T, D, FLOAT32_DOTS)
-        qa0 = _per_row(q, AK0, R0, R0_PAD, dims, D, PRECISION)
-        qa1 = qa0
-        if TWO_SETS:
-            qa1 = _per_row(q, AK1, R1, R1_PAD, dims, D, PRECISION)
+        q, qa0, qa1 = _query_block(Q, AK0, AK1, base, rows, dims, stride_t, T, D, R0, R1, R0_PAD, R1_PAD,
+                                   TWO_SETS, FLOAT32_DOTS, PRECISION)
         row_max = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
         row_sum = tl.zeros((BLOCK_M,), dtype=tl.float32)
         acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
@@ -184,10 +183,7 @@ if triton is not None:
         acc += _to_table(mass0, AV0, R0, R0_PAD, dims, D, PRECISION)
         if TWO_SETS:
             acc += _to_table(mass1, AV1, R1, R1_PAD, dims, D, PRECISION)
-        out = acc / row_sum[:, None]
-        mask = (rows[:, None] < T) & (dims[None, :] < D)
-        out_at = OUT + base + rows[:, None] * stride_t + dims[None, :]
-        tl.store(out_at, out.to(OUT.dtype.element_ty), mask=mask)
+        _store_tile(OUT + base, acc / row_sum[:, None], rows, dims, stride_t, T, D)
         tl.store(M + bh * T + rows, row_max, mask=rows < T)
         tl.store(L + bh * T + rows, row_sum, mask=rows < T)
 
@@ -234,9 +230,7 @@ if triton is not None:
         dq += _to_table(grad0, AK0, R0, R0_PAD, dims, D, PRECISION)
         if TWO_SETS:
             dq += _to_table(grad1, AK1, R1, R1_PAD, dims, D, PRECISION)
-        mask = (rows[:, None] < T) & (dims[None, :] < D)
-        tl.store(DQ + base + rows[:, None] * stride_t + dims[None, :], (dq * scale).to(DQ.dtype.element_ty),
-                 mask=mask)
+        _store_tile(DQ + base, dq * scale, rows, dims, stride_t, T, D)
         slot = bh * tl.num_programs(0) + tl.program_id(0)
         q32 = q.to(tl.float32)
         do32 = do.to(tl.float32)
@@ -251,9 +245,7 @@ if triton is not None:
                           PRECISION: tl.constexpr):
         """``ptr[r] = sum_i per_bucket[i, r] x_i``: a block's share of a table gradient."""
         grad = tl.dot(tl.trans(per_bucket), x, input_precision=PRECISION)
-        table_rows = tl.arange(0, R_PAD)
-        mask = (table_rows[:, None] < R) & (dims[None, :] < D)
-        tl.store(ptr + table_rows[:, None] * D + dims[None, :], grad, mask=mask)
+        _store_tile(ptr, grad, tl.arange(0, R_PAD), dims, D, R, D)
 
     @triton.jit(do_not_specialize=["seed"])
     def _backward_keys(
@@ -284,10 +276,8 @@ if triton is not None:
                                       TWO_SETS, DROPOUT, PRECISION)
             dk += tl.dot(tl.trans(ds).to(q.dtype), q, input_precision=PRECISION)
             dv += tl.dot(tl.trans(dropped).to(do.dtype), do, input_precision=PRECISION)
-        mask = (cols[:, None] < T) & (dims[None, :] < D)
-        offsets = base + cols[:, None] * stride_t + dims[None, :]
-        tl.store(DK + offsets, (dk * scale).to(DK.dtype.element_ty), mask=mask)
-        tl.store(DV + offsets, dv.to(DV.dtype.element_ty), mask=mask)
+        _store_tile(DK + base, dk * scale, cols, dims, stride_t, T, D)
+        _store_tile(DV + base, dv, cols, dims, stride_t, T, D)
 
 
 def shaw_pairs(score_terms: Sequence[nn.Module], value_terms: Sequence[nn.Module]
@@ -321,8 +311,7 @@ def _block_size(length: int) -> int:
 
 
 def _in_layout(x: Tensor, like: Tensor) -> Tensor:
-    """``x`` with the strides of ``like`` (one set of strides serves every
-    ``[B, H, T, D]`` tensor of the kernels)."""
+    """``x`` with the strides of ``like`` (one set serves every ``[B, H, T, D]`` tensor of the kernels)."""
     return x if x.stride() == like.stride() else torch.empty_like(like, dtype=x.dtype).copy_(x)
 
 
@@ -384,18 +373,11 @@ def shaw_flash_attention(
     q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor],
     position_sets: Sequence[Tuple[Tensor, Tensor, Tensor]], dropout_p: float = 0.0, seed: int = 0,
 ) -> Tensor:
-    """Attention with Shaw relative keys and values of one or two position sets.
-
-    Args:
-        q, k, v: ``[B, H, T, d_h]`` (float32, float16 or bfloat16), ``q`` not yet scaled.
-        key_padding_mask: ``[B, T]`` bool, True at pads, or None.
-        position_sets: per set ``(buckets, a^K, a^V)``: ``[B or 1, T, T]``
-            contiguous table rows (:func:`bucket_dtype`) and the ``[2k+1, d_h]`` tables.
-        dropout_p, seed: attention dropout and its Philox seed.
-
-    Returns:
-        ``[B, H, T, d_h]``, laid out as ``q``.
-    """
+    """Attention (``[B, H, T, d_h]``, laid out as ``q``) with Shaw relative keys and values
+    of one or two ``position_sets``, each ``(buckets, a^K, a^V)``: ``[B or 1, T, T]``
+    contiguous table rows (:func:`bucket_dtype`) and the ``[2k+1, d_h]`` tables.
+    ``q, k, v``: ``[B, H, T, d_h]`` (float32, float16 or bfloat16), ``q`` not yet
+    scaled; ``key_padding_mask``: ``[B, T]``, True at pads, or None."""
     batch, _, length, _ = q.shape
     sets = [(buckets.expand(batch, length, length), keys, values) for buckets, keys, values in position_sets]
     second = sets[1] if len(sets) == 2 else (None, None, None)

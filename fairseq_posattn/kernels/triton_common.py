@@ -1,10 +1,7 @@
-"""What the package's Triton kernels share: Triton itself (:data:`triton` is
-None where it is not installed), the dtypes they compute in, the smallest
-tile side ``tl.dot`` takes, the logit of a padded key, and the attention
-dropout mask: Philox numbers of ``(sentence x head, query, key)`` against the
-dropout probability, so that a backward regenerates the forward's mask from
-its seed.  On the CPU the kernels run in Triton's interpreter
-(``TRITON_INTERPRET=1``, :func:`interpreted`), as the tests run them.
+"""What the package's Triton kernels share: Triton itself (None where it is not
+installed), their dtypes and smallest ``tl.dot`` tile, a padded key's logit,
+and the attention dropout mask: Philox numbers of ``(sentence x head, query,
+key)``, so that a backward regenerates the forward's mask from its seed.
 """
 
 import os
@@ -45,8 +42,7 @@ def padded(n: int) -> int:
 
 
 def draw_seed() -> int:
-    """A Philox seed for the kernels' dropout, from torch's CPU generator (so
-    ``torch.manual_seed`` and activation checkpointing replay it)."""
+    """A Philox seed from torch's CPU generator (``torch.manual_seed`` and activation checkpointing replay it)."""
     return int(torch.randint(0, 2**31 - 1, ()))
 
 

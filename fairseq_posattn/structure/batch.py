@@ -1,16 +1,10 @@
-"""Piece-level structural positions for a whole batch at once.
-
-The positions are defined, one sentence at a time, by
+"""Piece-level structural positions for a whole batch at once: the values of
 :func:`~fairseq_posattn.structure.tree.piece_structure` (Wang et al. 2019,
-Sec. 3.1, Eq. 5-6: sub-words take their word's depth and relations, EOS is
-placed below the tree).  This module computes the same values for the data
-collater's batches, vectorised: ancestors by repeated parent look-ups in one
-batch-wide parent array, then row copies from words to pieces, laid out and
-padded like fairseq's source tokens.
-``tests/test_structure.py::test_batch_equals_the_definition_sentence_by_sentence``
-checks, on random trees and both rules, that every sentence of a batch
-equals :func:`piece_structure` (pieces, EOS, truncation, left and right
-padding), so a rule changed in ``tree.py`` must be changed here too.
+Sec. 3.1, Eq. 5-6), vectorised for the collater (ancestors by repeated parent
+look-ups in one batch-wide array, then row copies from words to pieces) and
+padded like fairseq's source tokens.  ``tests/test_structure.py`` checks every
+sentence against the definition, so a rule changed in ``tree.py`` fails until
+it is changed here too (docs/structure.md).
 """
 
 from typing import Callable, List, Optional, Sequence, Tuple
@@ -20,7 +14,7 @@ import torch
 
 from ..errors import fail
 from .pieces import segment_pieces
-from .tree import _check_rule
+from .tree import _HINT_CYCLE, _HINT_HEADS, _check_rule
 
 _HINT_PIECES = ("pass piece_word_map() of the sentence's pieces as piece_words; those "
                 "pieces must spell the tree's words")
@@ -58,14 +52,11 @@ def _check_heads(n_words, flat_heads, word_pos) -> None:
     bad = np.flatnonzero((flat_heads < 0) | (flat_heads > np.repeat(n_words, n_words)))
     if bad.size:
         b = _sentence_of(n_words, bad[0])
-        raise fail("batch sentence %d: a HEAD is out of range 0..%d" % (b, n_words[b]),
-                   "HEAD must be 0 (root) or the 1-based index of a word of the sentence")
+        raise fail("batch sentence %d: a HEAD is out of range 0..%d" % (b, n_words[b]), _HINT_HEADS)
     own = np.flatnonzero(flat_heads == word_pos + 1)
     if own.size:
         b = _sentence_of(n_words, own[0])
-        raise fail("batch sentence %d: word %d is its own head (a cycle)"
-                   % (b, word_pos[own[0]] + 1),
-                   "every word must reach a root (HEAD 0) by following its heads")
+        raise fail("batch sentence %d: word %d is its own head (a cycle)" % (b, word_pos[own[0]] + 1), _HINT_CYCLE)
 
 
 def _check_pieces(n_words, n_pieces, flat_pw, piece_pos) -> None:
@@ -91,17 +82,12 @@ def batch_piece_structure(heads: Sequence[np.ndarray], piece_words: Sequence[np.
                           max_pieces: Optional[int] = None, left_pad: bool = False,
                           width: Optional[int] = None,
                           ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """For each sentence b, :func:`~fairseq_posattn.structure.tree.piece_structure`
-    of ``heads[b]`` (1-based, 0 = root), ``piece_words[b]`` (as
-    :func:`piece_word_map` gives it; both are checked), ``rule``,
-    ``append_eos`` and ``max_pieces``, padded into one batch.
-
-    Returns ``depth [B, L]`` and ``rel [B, L, L]`` (``rel[b, q, k]``: key k
-    seen from query q, unclipped) in the smallest signed integer type that
-    holds them (int8 up to 63 words: an eighth of int64's bytes; the encoder
-    widens them once per forward pass), and int64 ``lengths [B]``; padding is
-    0.  L is the longest sentence, or ``width`` if larger; sentences are
-    right-padded, or left-padded with ``left_pad`` (fairseq's source layout).
+    """:func:`~fairseq_posattn.structure.tree.piece_structure` of each sentence's
+    ``heads[b]`` and ``piece_words[b]`` (both checked), padded into one batch:
+    ``depth [B, L]`` and ``rel [B, L, L]`` (unclipped) in the smallest signed
+    integer type that holds them (:func:`smallest_int_type`), and int64
+    ``lengths [B]``; padding is 0.  L is the longest sentence, or ``width`` if
+    larger; ``left_pad``: fairseq's left-padded source layout.
     """
     _check_options(rule, max_pieces)
     if len(heads) != len(piece_words):
@@ -119,9 +105,7 @@ def batch_encoded_structure(trees: Sequence[np.ndarray], rule: str = "figure",
                             append_eos: bool = True, max_pieces: Optional[int] = None,
                             left_pad: bool = False, width: Optional[int] = None,
                             ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """:func:`batch_piece_structure` of sentences whose trees are encoded by
-    :func:`~fairseq_posattn.structure.pieces.encode_piece_tree` (the tree
-    files' values), decoded for the whole batch at once."""
+    """:func:`batch_piece_structure` of trees encoded by :func:`.pieces.encode_piece_tree` (the tree files')."""
     _check_options(rule, max_pieces)
     n_pieces, flat, piece_pos = _ragged(trees, "trees")
     begins = flat != 0
@@ -168,8 +152,7 @@ def _structure(n_words, flat_heads, word_pos, n_pieces, flat_pw, piece_pos, rule
         ancestors_by_step.append(above)
     else:
         b = int(climbing[0]) // W2
-        raise fail("batch sentence %d: the heads form a cycle" % b,
-                   "every word must reach a root (HEAD 0) by following its heads")
+        raise fail("batch sentence %d: the heads form a cycle" % b, _HINT_CYCLE)
     walked, ancestors = (np.concatenate(a) if a else np.zeros(0, dtype=np.int64)
                          for a in (walked_by_step, ancestors_by_step))
     # a word climbs as many steps as it is deep
@@ -239,11 +222,9 @@ def batch_trees_of_pieces(pieces: Sequence[Sequence[str]], scheme: str,
                           parse: Callable[[List[List[str]]], Sequence[Sequence[int]]],
                           rule: str = "figure", left_pad: bool = False,
                           width: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Raw pieces (without EOS) -> words (``scheme``) -> trees -> the batch's
-    ``depth [B, L]`` and ``rel [B, L, L]`` with EOS, laid out as by
-    :func:`batch_piece_structure`.  ``parse`` is called once with the word
-    lists of the sentences that have words and returns each one's 1-based
-    heads.  An empty sentence is EOS alone."""
+    """Raw pieces (without EOS) -> words (``scheme``) -> trees -> :func:`batch_piece_structure`'s
+    ``depth`` and ``rel`` with EOS.  ``parse`` is called once with the word lists of
+    the sentences that have words and returns each one's 1-based heads."""
     segmented = [segment_pieces(p, scheme) for p in pieces]  # (piece_words, words)
     words = [w for _, w in segmented]
     heads = [np.zeros(0, dtype=np.int64)] * len(words)

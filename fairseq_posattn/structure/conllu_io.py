@@ -18,8 +18,7 @@ import numpy as np
 from conllu.models import TokenList
 
 from ..errors import fail, location, quoted
-from .tree import (DependencyTree, _as_heads, analyse_heads, check_tree,
-                   collapse_multiword_tokens, multiword_representatives)
+from .tree import DependencyTree, _as_heads, analyse_heads, check_tree, collapse_multiword_tokens
 
 PathOrFile = Union[str, "os.PathLike[str]", IO[str]]
 
@@ -49,10 +48,8 @@ class SentenceStart(NamedTuple):
 
 @dataclass
 class SentenceIndex:
-    """Every ``every``-th sentence start of a CoNLL-U file (sentences 1,
-    ``every`` + 1, ...), found in one pass over its bytes by
-    :func:`index_sentences`; part ``k`` holds sentences ``k * every + 1`` to
-    ``(k + 1) * every``.  Its memory is one tuple per part."""
+    """Every ``every``-th sentence start of a CoNLL-U file (:func:`index_sentences`):
+    part ``k`` holds sentences ``k * every + 1`` to ``(k + 1) * every``."""
 
     path: str
     every: int
@@ -80,9 +77,7 @@ class SentenceIndex:
 
 
 def _is_blank(raw: bytes) -> bool:
-    """Whether a line ends a sentence, as :func:`read_conllu` decides it
-    (token lines hold tabs and comments start with '#', so only odd lines
-    need decoding)."""
+    """Whether a line ends a sentence, as :func:`read_conllu` decides it (only odd lines are decoded)."""
     if not raw.strip():
         return True
     if b"\t" in raw or raw.lstrip().startswith(b"#"):
@@ -91,9 +86,7 @@ def _is_blank(raw: bytes) -> bool:
 
 
 def index_sentences(path: str, every: int) -> SentenceIndex:
-    """One pass over a CoNLL-U file: its sentence count, sha256 and the start
-    of every ``every``-th sentence (sentences split as :func:`read_conllu`
-    splits them), in constant memory per part."""
+    """One pass over a CoNLL-U file: its sentence count, sha256 and the start of every ``every``-th sentence."""
     if every < 1:
         raise ValueError("every must be >= 1")
     digest = hashlib.sha256()
@@ -154,16 +147,11 @@ def read_conllu(path_or_file: PathOrFile, texts: Optional[Iterable[str]] = None,
                 ) -> Iterator[DependencyTree]:
     """Yield the dependency trees of a CoNLL-U file (a path or a text file), lazily.
 
-    Comments keep ``# sent_id`` and ``# text``; blank lines end a sentence;
-    empty nodes (``8.1``) are skipped.  The tree is over *surface tokens*: a
-    multiword range ``a-b`` becomes one node with the range's FORM and the head
-    and labels of its member closest to the root
-    (:func:`~fairseq_posattn.structure.tree.collapse_multiword_tokens`).
-    Forests and non-projective trees are fine.  With ``texts`` (the tokenized
-    text, one sentence per line), every tree's tokens must equal its line's,
-    one tree per line.  Every problem raises :class:`StructureError` naming the
-    file (``source``, else the path or the file object's name), the 1-based
-    sentence, the line and what to do.  ``start``: the file is a part of a
+    Comments keep ``# sent_id`` and ``# text``; empty nodes (``8.1``) are
+    skipped; a multiword range ``a-b`` becomes one node (the surface token,
+    :func:`.tree.collapse_multiword_tokens`).  With ``texts`` (the tokenized
+    text, one sentence per line), every tree's tokens must equal its line's.
+    ``source`` names the file in errors; ``start``: the file is a part of a
     larger one that begins at this sentence and line (:func:`index_sentences`),
     so that messages and ``tree.index`` count from the start of the whole file.
     """
@@ -198,8 +186,7 @@ def read_conllu(path_or_file: PathOrFile, texts: Optional[Iterable[str]] = None,
 
 
 def _decoded_lines(handle, name: Optional[str], first_line: int = 1) -> Iterator[str]:
-    """The lines of a text or binary file; a binary line that is not UTF-8 is
-    an error naming its line."""
+    """The lines of a text or binary file; a binary line that is not UTF-8 is an error naming its line."""
     for lineno, line in enumerate(handle, first_line):
         if isinstance(line, bytes):
             try:
@@ -249,8 +236,7 @@ def _token_line(block: _Block, line: str, lineno: int, name: Optional[str]) -> N
         return  # empty node: enhanced dependencies only
     m = _RANGE_ID.fullmatch(tid)
     if not m:
-        raise error("ID %s is not a word ID 1, 2, ..., a range a-b or an empty node i.j"
-                    % quoted(tid),
+        raise error("ID %s is not a word ID 1, 2, ..., a range a-b or an empty node i.j" % quoted(tid),
                     _HINT_IDS)
     a, b = int(m.group(1)), int(m.group(2))
     if a >= b:
@@ -278,8 +264,7 @@ def _finish(block: _Block, name: Optional[str], text_lines: Optional[Iterator[st
                     "remove the block or add its token lines")
     if block.ranges and block.ranges[-1][1] > n:
         a, b, _, line = block.ranges[-1]
-        raise error("multiword range %d-%d goes past the last word %d" % (a, b, n), _HINT_IDS,
-                    line)
+        raise error("multiword range %d-%d goes past the last word %d" % (a, b, n), _HINT_IDS, line)
     _, problem = analyse_heads(_head_array(block.heads), block.forms)
     if problem is not None:
         word, what, hint = problem
@@ -300,8 +285,7 @@ def _finish(block: _Block, name: Optional[str], text_lines: Optional[Iterator[st
 
 
 def _head_array(heads: List[int]) -> np.ndarray:
-    """The heads as int64, or as Python integers where one is too large for
-    int64 (it is out of range then, and :func:`analyse_heads` says so)."""
+    """The heads as int64, or as Python integers where one is too large (:func:`analyse_heads` refuses it)."""
     try:
         return np.asarray(heads, dtype=np.int64)
     except OverflowError:
@@ -328,9 +312,8 @@ def _collapse(block: _Block) -> Tuple[List[str], List[int], Tuple[List[str], ...
         token_of_word += [len(words)] * (end - i)
         words.append(form)
         i = end
-    heads, _ = collapse_multiword_tokens(len(words), token_of_word, block.heads)
-    members = multiword_representatives(len(words), token_of_word, block.heads)
-    return words, heads, tuple([column[w] for w in members] for column in labels)
+    heads, labels = collapse_multiword_tokens(len(words), token_of_word, block.heads, list(zip(*labels)))
+    return words, heads, tuple(map(list, zip(*labels)))
 
 
 def _compare(words: List[str], tokens: List[str], number: int, error) -> None:
@@ -355,20 +338,22 @@ def _serialize(tree: DependencyTree, where: str) -> str:
         raise fail("%d words but %d heads" % (n, len(tree.heads)),
                    "give every word one head", where=where)
     check_tree(tree.heads, where=where, words=words)
-    deprels, upos, xpos = (column if column is not None else [None] * n
-                           for column in (tree.deprels, tree.upos, tree.xpos))
-    for kind, plural, values in (("deprel", "deprels", deprels), ("UPOS tag", "UPOS tags", upos),
-                                 ("XPOS tag", "XPOS tags", xpos)):
-        if len(values) != n:
-            raise fail("%d words but %d %s" % (n, len(values), plural),
+    columns = []
+    for kind, values in (("word", words), ("deprel", tree.deprels), ("UPOS tag", tree.upos),
+                         ("XPOS tag", tree.xpos)):
+        if values is None:
+            values = [None] * n
+        elif len(values) != n:
+            raise fail("%d words but %d %ss" % (n, len(values), kind),
                        "give every word one %s (or none at all)" % kind, where=where)
-    for kind, values, bad in (("word", words, "\t\n\r"), ("deprel", deprels, " \t\n\r"),
-                              ("upos", upos, " \t\n\r"), ("xpos", xpos, " \t\n\r")):
+        bad = "\t\n\r" if kind == "word" else " \t\n\r"
         for i, v in enumerate(values):
             if v is not None and (not isinstance(v, str) or not v or any(c in v for c in bad)):
                 raise fail("%s %d is %s" % (kind, i + 1, quoted(v)),
                            "CoNLL-U fields must be non-empty strings without tabs or "
                            "line breaks", where=where)
+        columns.append(values)
+    _, deprels, upos, xpos = columns
     metadata = {}
     for key in ("sent_id", "text"):
         value = getattr(tree, key)
@@ -379,13 +364,8 @@ def _serialize(tree: DependencyTree, where: str) -> str:
             metadata[key] = value
     tokens = []
     for i, (w, h, r, u, x) in enumerate(zip(words, tree.heads, deprels, upos, xpos)):
-        h = int(h)
-        if r is None:
-            r = "root" if h == 0 else "dep"
-        tokens.append({
-            "id": i + 1, "form": w, "lemma": None, "upos": u, "xpos": x,
-            "feats": None, "head": h, "deprel": r, "deps": None, "misc": None,
-        })
+        r = r or ("root" if int(h) == 0 else "dep")
+        tokens.append(dict(zip(_COLUMNS, (i + 1, w, None, u, x, None, int(h), r, None, None))))
     return TokenList(tokens, metadata).serialize()
 
 

@@ -1,10 +1,7 @@
-"""Deliberately wrong dependency trees of the right shape, for control runs.
-
-A model given structural positions (Wang et al. 2019) may gain from the
-syntax of the parses or merely from a second, tree-shaped position signal.
-Training it once more on well-formed trees (one root, no cycle, projective)
-that carry no syntax separates the two.  Both kinds depend only on the
-sentence length (and the generator), not on the words.
+"""Deliberately wrong dependency trees of the right shape, for control runs:
+well-formed trees (one root, no cycle, projective) that depend only on the
+sentence length, so that training on them separates the gain of structural
+positions (Wang et al. 2019) from syntax from that of any tree-shaped signal.
 """
 
 from typing import Callable, Dict, List

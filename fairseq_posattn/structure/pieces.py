@@ -27,8 +27,7 @@ SPM_SPACE = "\u2581"
 
 def segment_pieces(pieces: Sequence[str], scheme: str, where: str = ""
                    ) -> Tuple[np.ndarray, List[str]]:
-    """(:func:`piece_word_map`, :func:`words_from_pieces`) of ``pieces``,
-    segmented once."""
+    """(:func:`piece_word_map`, :func:`words_from_pieces`) of ``pieces``, segmented once."""
     if scheme not in SCHEMES:
         raise ValueError("scheme must be one of %s, got %r" % (SCHEMES, scheme))
     for i, p in enumerate(pieces):
@@ -79,8 +78,7 @@ def segment_pieces(pieces: Sequence[str], scheme: str, where: str = ""
 
 
 def words_from_pieces(pieces: Sequence[str], scheme: str, where: str = "") -> List[str]:
-    """The words that ``pieces`` spell under ``scheme`` (see the module doc).
-    Raises :class:`StructureError` on pieces that spell no word sequence."""
+    """The words that ``pieces`` spell under ``scheme`` (see the module doc), or a StructureError."""
     return segment_pieces(pieces, scheme, where)[1]
 
 

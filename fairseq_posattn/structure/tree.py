@@ -1,17 +1,9 @@
-"""Dependency trees, tree depths and relative structural positions.
-
-Wang et al. (2019), *Self-Attention with Structural Position Representations*,
-Sec. 3.1: the absolute structural position of a word is its depth in the
-dependency tree (Eq. 5, the root = the main verb at depth 0); the relative
-structural position of two words follows two hierarchical rules (Eq. 6).
-
-This module is the definition of those positions: :func:`tree_depths`,
-:func:`relative_structural_positions` and, over one sentence's subword
-pieces with its EOS, :func:`piece_structure`.  The collater's vectorised
-batch version (:mod:`fairseq_posattn.structure.batch`) is tested to equal
-:func:`piece_structure` sentence by sentence
-(``tests/test_structure.py::test_batch_equals_the_definition_sentence_by_sentence``):
-a change to a rule here fails that test until ``batch.py`` follows.
+"""Dependency trees, tree depths and relative structural positions: the one
+definition of Wang et al. (2019), Sec. 3.1.  The absolute structural position
+of a word is its depth in the dependency tree (Eq. 5, the root at depth 0);
+the relative one of two words follows two hierarchical rules (Eq. 6).
+:func:`piece_structure` carries them to one sentence's subword pieces and
+EOS; :mod:`.batch` is tested to compute the same for whole batches.
 """
 
 from dataclasses import dataclass, field
@@ -30,13 +22,9 @@ _HINT_CYCLE = ("every word must reach a root (HEAD 0) by following its heads; "
 
 @dataclass
 class DependencyTree:
-    """One sentence's dependency tree over its surface tokens.
-
-    ``heads[i]`` is the 1-based index of the head of word ``i + 1`` (0 = root).
-    ``upos``/``xpos``: the part-of-speech columns, when the source has them.
-    ``source``, ``line`` and ``index`` say where the tree was read from; they
-    are not part of its identity (``==`` ignores them).
-    """
+    """One sentence's dependency tree over its surface tokens: ``heads[i]`` is the
+    1-based head of word ``i + 1`` (0 = root); ``source``, ``line`` and ``index``
+    say where it was read from (``==`` ignores them)."""
 
     words: List[str]
     heads: List[int]
@@ -79,12 +67,8 @@ def _word(i: int, words: Optional[Sequence[str]]) -> str:
 
 def analyse_heads(h: np.ndarray, words: Optional[Sequence[str]] = None
                   ) -> Tuple[Optional[np.ndarray], Optional[Tuple[int, str, str]]]:
-    """Depths of a 1-d int64 head array, or the first problem with it.
-
-    Returns ``(depths, None)`` or ``(None, (word, problem, hint))`` where
-    ``word`` is the 0-based word the problem is found at (-1: the sentence).
-    The depth walk is memoised, so it is O(n): every word is walked up once.
-    """
+    """``(depths, None)`` of a 1-d int64 head array, or ``(None, (word, problem, hint))``
+    with the 0-based word the first problem is found at (-1: the sentence); O(n)."""
     n = len(h)
     bad = np.flatnonzero((h < 0) | (h > n))
     if bad.size:
@@ -119,12 +103,9 @@ def analyse_heads(h: np.ndarray, words: Optional[Sequence[str]] = None
 
 def check_tree(heads: Sequence[int], where: str = "",
                words: Optional[Sequence[str]] = None) -> None:
-    """Raise :class:`StructureError` unless ``heads`` is a dependency tree.
-
-    ``heads`` (1-based, 0 = root) must be non-empty, in range, have at least
-    one root and no cycle.  Several roots are allowed (a forest).  ``where``
-    prefixes the message; ``words``, when given, name the words on a cycle.
-    """
+    """Raise :class:`StructureError` unless ``heads`` (1-based, 0 = root) is a
+    non-empty dependency tree or forest; ``where`` prefixes the message and
+    ``words``, when given, name the words on a cycle."""
     if len(_validated(heads, where, words)[0]) == 0:
         raise fail("the sentence has no words", "a tree needs at least one word", where=where)
 
@@ -183,16 +164,12 @@ def relative_structural_positions(heads: Sequence[int], rule: str = "figure") ->
 def piece_structure(heads: Sequence[int], piece_words: Sequence[int], rule: str = "figure",
                     append_eos: bool = True, max_pieces: Optional[int] = None,
                     ) -> Tuple[np.ndarray, np.ndarray]:
-    """One sentence's depths ``[P]`` and relative structural positions
-    ``[P, P]`` (int64, unclipped) over its pieces, as the encoder sees them.
-
-    ``heads``: 1-based heads of the words (0 = root); ``piece_words``: the
-    0-based word of each piece (:func:`~fairseq_posattn.structure.pieces.piece_word_map`).
-    Sub-words take their word's positions (Sec. 3.1), so the pieces of one
-    word relate at 0.  ``max_pieces`` keeps the first pieces with their
-    full-tree values (fairseq's ``--truncate-source``).  ``append_eos`` adds
-    the EOS this plugin places below the whole tree: depth (maximum depth) +
-    1, its own root, so it relates to every piece by rule 2.
+    """One sentence's depths ``[P]`` and relative structural positions ``[P, P]``
+    (int64, unclipped) over its pieces (``piece_words``: :func:`.pieces.piece_word_map`),
+    as the encoder sees them: sub-words take their word's positions (Sec. 3.1);
+    ``max_pieces`` keeps the first pieces with their full-tree values
+    (``--truncate-source``); ``append_eos`` adds an EOS below the whole tree
+    (depth: the maximum + 1, its own root, related to every piece by rule 2).
     """
     depth = tree_depths(heads)  # Eq. 5
     relative = relative_structural_positions(heads, rule)  # Eq. 6
@@ -210,42 +187,26 @@ def piece_structure(heads: Sequence[int], piece_words: Sequence[int], rule: str 
     return np.append(piece_depth, eos_depth), with_eos
 
 
-def multiword_representatives(n_tokens: int, token_of_word: Sequence[int],
-                              word_heads: Sequence[int]) -> List[int]:
-    """The 0-based word that stands for each surface token: of the token's
-    words, the one closest to the root (the first on ties).  Arguments as in
-    :func:`collapse_multiword_tokens`."""
-    n_words = len(token_of_word)
-    if len(word_heads) != n_words:
-        raise ValueError("token_of_word and word_heads differ in length")
-    if sorted(set(token_of_word)) != list(range(n_tokens)):
-        raise ValueError("every token needs at least one word, in order")
-    depths = tree_depths(word_heads)
-    best: List[Optional[int]] = [None] * n_tokens
-    for w in range(n_words):
-        t = token_of_word[w]
-        if best[t] is None or depths[w] < depths[best[t]]:
-            best[t] = w
-    return best
-
-
-def collapse_multiword_tokens(n_tokens: int, token_of_word: Sequence[int],
-                              word_heads: Sequence[int],
-                              word_deprels: Optional[Sequence[str]] = None):
+def collapse_multiword_tokens(n_tokens: int, token_of_word: Sequence[int], word_heads: Sequence[int],
+                              word_labels: Optional[Sequence] = None):
     """Map a word-level tree (multiword tokens expanded: ``don't`` -> ``do
     n't``, ``zum`` -> ``zu dem``) back onto the surface tokens.
 
     ``token_of_word[w]``: the 0-based surface token of 0-based word ``w``
     (non-decreasing); ``word_heads``: 1-based (0 = root).  A token takes the
-    head (mapped to the token holding it) and relation of its member closest
-    to the root (the first on ties), whose head lies outside the token.
-    Returns ``(heads, deprels)`` over tokens; a cycle or a bad head is a
-    ``StructureError``.
+    head (mapped to the token holding it) and label (a DEPREL, or a tuple of
+    columns) of its member closest to the root (the first on ties), whose head
+    lies outside the token.  Returns ``(heads, labels)`` over tokens; a cycle
+    or a bad head is a ``StructureError``.
     """
-    heads, deprels = [], ([] if word_deprels is not None else None)
-    for t, w in enumerate(multiword_representatives(n_tokens, token_of_word, word_heads)):
-        h = int(word_heads[w])
-        heads.append(0 if h == 0 else token_of_word[h - 1] + 1)
-        if deprels is not None:
-            deprels.append(word_deprels[w])
-    return heads, deprels
+    if len(word_heads) != len(token_of_word):
+        raise ValueError("token_of_word and word_heads differ in length")
+    if sorted(set(token_of_word)) != list(range(n_tokens)):
+        raise ValueError("every token needs at least one word, in order")
+    depths = tree_depths(word_heads)
+    members: List[Optional[int]] = [None] * n_tokens
+    for w, t in enumerate(token_of_word):
+        if members[t] is None or depths[w] < depths[members[t]]:
+            members[t] = w
+    heads = [0 if word_heads[w] == 0 else token_of_word[word_heads[w] - 1] + 1 for w in members]
+    return heads, (None if word_labels is None else [word_labels[w] for w in members])
