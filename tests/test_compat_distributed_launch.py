@@ -10,6 +10,8 @@ import sys
 
 import pytest
 import torch
+import torch.distributed as dist
+from conftest import free_port
 from fairseq import options
 from fairseq.dataclass.configs import DistributedTrainingConfig
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
@@ -82,3 +84,21 @@ def test_the_rendezvous_timeout_defaults_to_five_minutes(monkeypatch):
     assert distributed_launch.rendezvous_timeout() == 300
     monkeypatch.setenv(distributed_launch.TIMEOUT_VARIABLE, "12.5")
     assert distributed_launch.rendezvous_timeout() == 12.5
+
+
+def test_the_collectives_keep_torchs_timeout(monkeypatch):
+    """The bound is the rendezvous's alone: a long validation or save on one rank
+    must not stop the others at their next collective after 5 minutes."""
+    if dist.is_initialized():
+        pytest.skip("a process group is already initialized in this process")
+    monkeypatch.setenv(distributed_launch.TIMEOUT_VARIABLE, "7")
+    args = options.parse_args_and_arch(options.get_training_parser(), [
+        "data", "--arch", "transformer", "--cpu", "--distributed-backend", "gloo",
+        "--distributed-world-size", "1", "--distributed-init-method",
+        "tcp://127.0.0.1:%d" % free_port()])
+    distributed_utils.distributed_init(convert_namespace_to_omegaconf(args))
+    try:
+        gloo = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
+        assert gloo.options._timeout == dist.default_pg_timeout  # 30 minutes, not 7 s
+    finally:
+        dist.destroy_process_group()

@@ -150,11 +150,11 @@ def _timed_out(distributed, seconds: float, exc: Exception) -> RendezvousTimeout
     rank, world_size = distributed.distributed_rank, distributed.distributed_world_size
     others = [r for r in range(world_size) if r != rank]
     return RendezvousTimeoutError(
-        "rank %d waited %g s at %s for rank%s %s of --distributed-world-size %d, and not all of "
-        "them joined (%s). A rank that failed to start or stopped before the rendezvous says why "
+        "rank %d gave up after %g s at %s waiting for rank%s %s (--distributed-world-size %d) to "
+        "join (torch: %s). A rank that failed to start or stopped before the rendezvous says why "
         "in its own log; start every rank, or set %s=SECONDS to wait longer"
         % (rank, seconds, distributed.distributed_init_method, "s" if len(others) > 1 else "",
-           ", ".join(map(str, others)), world_size, str(exc).strip().splitlines()[0],
+           ", ".join(map(str, others)), world_size, str(exc).strip().splitlines()[0].rstrip("."),
            TIMEOUT_VARIABLE))
 
 
