@@ -23,18 +23,24 @@ from fairseq_posattn.compat import distributed_launch
 FAIRSEQ_DEFAULT = DistributedTrainingConfig.__dataclass_fields__["distributed_world_size"].default
 
 
-def launched(monkeypatch, *flags, world_size=2, rank=1):
-    """The distributed config of ``fairseq-train data FLAGS`` as a launcher with
-    WORLD_SIZE=``world_size`` starts it as ``rank``, after fairseq inferred its init."""
+def config(*flags):
+    """The config of ``fairseq-train data FLAGS``."""
+    argv = ["data", "--arch", "transformer", "--cpu", "--distributed-backend", "gloo", *flags]
+    return convert_namespace_to_omegaconf(
+        options.parse_args_and_arch(options.get_training_parser(), argv))
+
+
+def launched(monkeypatch, *flags, world_size=2, rank=1, argv=None):
+    """The distributed config of ``fairseq-train data FLAGS`` (or of another command
+    line ``argv`` that sets FLAGS) as a launcher with WORLD_SIZE=``world_size``
+    starts it as ``rank``, after fairseq inferred its init."""
     monkeypatch.setenv("WORLD_SIZE", str(world_size))
     monkeypatch.setenv("RANK", str(rank))
     monkeypatch.setenv("LOCAL_RANK", str(rank))
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     monkeypatch.setenv("MASTER_PORT", "29500")
-    argv = ["data", "--arch", "transformer", "--cpu", "--distributed-backend", "gloo", *flags]
-    monkeypatch.setattr(sys, "argv", ["fairseq-train", *argv])
-    args = options.parse_args_and_arch(options.get_training_parser(), argv)
-    cfg = convert_namespace_to_omegaconf(args).distributed_training
+    monkeypatch.setattr(sys, "argv", argv or ["fairseq-train", "data", *flags])
+    cfg = config(*flags).distributed_training
     distributed_utils.infer_init_method(cfg)
     return cfg
 
@@ -65,6 +71,14 @@ def test_a_world_size_the_launcher_contradicts_is_refused(flags, monkeypatch):
         launched(monkeypatch, *flags, world_size=4)
 
 
+def test_a_hydra_override_of_the_default_world_size_is_refused(monkeypatch):
+    """fairseq-hydra-train reads its overrides from the command line too."""
+    override = "++distributed_training.distributed_world_size=%d" % FAIRSEQ_DEFAULT
+    with pytest.raises(ValueError, match="WORLD_SIZE=4 processes, but --distributed-world-size"):
+        launched(monkeypatch, world_size=4,
+                 argv=["fairseq-hydra-train", "--config-name", "positions", override])
+
+
 def test_an_agreeing_world_size_and_an_explicit_init_method_are_kept(monkeypatch):
     assert launched(monkeypatch, "--distributed-world-size", "2").distributed_world_size == 2
     cfg = launched(monkeypatch, "--distributed-world-size", "3", "--distributed-init-method",
@@ -92,11 +106,9 @@ def test_the_collectives_keep_torchs_timeout(monkeypatch):
     if dist.is_initialized():
         pytest.skip("a process group is already initialized in this process")
     monkeypatch.setenv(distributed_launch.TIMEOUT_VARIABLE, "7")
-    args = options.parse_args_and_arch(options.get_training_parser(), [
-        "data", "--arch", "transformer", "--cpu", "--distributed-backend", "gloo",
-        "--distributed-world-size", "1", "--distributed-init-method",
-        "tcp://127.0.0.1:%d" % free_port()])
-    distributed_utils.distributed_init(convert_namespace_to_omegaconf(args))
+    distributed_utils.distributed_init(config("--distributed-world-size", "1",
+                                              "--distributed-init-method",
+                                              "tcp://127.0.0.1:%d" % free_port()))
     try:
         gloo = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
         assert gloo.options._timeout == dist.default_pg_timeout  # 30 minutes, not 7 s

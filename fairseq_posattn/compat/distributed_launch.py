@@ -67,11 +67,11 @@ def _adopt_world_size(cfg, launched: int) -> None:
         return
     default = DistributedTrainingConfig.__dataclass_fields__["distributed_world_size"].default
     if cfg.distributed_world_size != default or _world_size_on_command_line():
+        given = cfg.distributed_world_size
         raise ValueError(
             "the launcher started this process as rank %s of WORLD_SIZE=%d processes, but "
             "--distributed-world-size is %d: pass --distributed-world-size %d (or leave it out), "
-            "or have the launcher start %d" % (os.environ["RANK"], launched, cfg.distributed_world_size,
-                                       launched, cfg.distributed_world_size))
+            "or have the launcher start %d" % (os.environ["RANK"], launched, given, launched, given))
     logger.info("WORLD_SIZE=%d (set by the launcher, e.g. torchrun): training as %d ranks "
                 "(--distributed-world-size %d)", launched, launched, launched)
     cfg.distributed_world_size = launched
