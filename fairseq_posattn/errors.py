@@ -7,7 +7,8 @@ and for the other readers of the package; :func:`quoted` quotes every token,
 word or field of the input that a message shows, naming its invisible and
 unusual whitespace characters; :func:`at_least_one` is the argparse type of
 counts.  :class:`DamagedCheckpointError` is the error of checkpoint files
-(:mod:`fairseq_posattn.compat.checkpoint_integrity`).
+(:mod:`fairseq_posattn.compat.checkpoint_integrity`), :class:`RendezvousTimeoutError`
+the error of ranks that never met.
 Imports nothing of the plugin or of fairseq, so the pure tree logic can use it.
 """
 
@@ -39,6 +40,12 @@ class DamagedCheckpointError(ValueError):
     def __init__(self, message: str, path: str):
         super().__init__(message)
         self.path = path
+
+
+class RendezvousTimeoutError(RuntimeError):
+    """Ranks of a multi-process training that did not all join within the
+    rendezvous timeout (:mod:`fairseq_posattn.compat.distributed_launch`); the
+    message names the ranks waited for and how to wait longer."""
 
 
 def location(source: Optional[str] = None, sentence: Optional[int] = None,

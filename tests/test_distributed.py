@@ -17,14 +17,20 @@ and plain SGD (Adam would blow float rounding in near-zero gradients up to
 whole steps of the learning rate) leave only float rounding between the two.
 """
 
+import json
+import re
 import subprocess
+import sys
 
 import pytest
 import torch
 import torch.distributed as dist
+from fairseq import checkpoint_utils
 
-from conftest import (COMMON_ARGS, USER_DIR, free_port, load_record, recorded_train_command,
-                      subprocess_env)
+from conftest import (COMMON_ARGS, USER_DIR, cli, free_port, load_record, recorded_train_command,
+                      run, subprocess_env)
+
+from fairseq_posattn.compat import distributed_launch
 
 pytestmark = pytest.mark.slow  # command lines, recipes, training
 
@@ -52,14 +58,26 @@ ROWS = {
 }
 
 
-def train_args(data, task, arch, extra, batch):
+def train_args(data, task, arch, extra, batch, save=("--no-save",)):
     return [
         data, "--user-dir", USER_DIR, "--task", task, "--arch", arch, *TINY, *extra,
         "--dropout", "0", "--optimizer", "sgd", "--lr", "0.5",
         "--max-sentences", str(batch), "--required-batch-size-multiple", "1",
         "--grouped-shuffling", "--max-update", str(UPDATES), "--seed", "3",
-        "--no-save", "--disable-validation", "--no-progress-bar", *COMMON_ARGS,
+        *save, "--disable-validation", "--no-progress-bar", *COMMON_ARGS,
     ]
+
+
+def rank_flags(rank, port):
+    """The documented launch's flags for rank ``rank`` of two, each started by hand."""
+    return ["--ddp-backend", "legacy_ddp", "--distributed-backend", "gloo",
+            "--distributed-world-size", "2", "--distributed-no-spawn",
+            "--distributed-init-method", "tcp://127.0.0.1:%d" % port,
+            "--distributed-rank", str(rank), "--device-id", str(rank)]
+
+
+def hand_launched(train, rank, port):
+    return [cli("fairseq-train"), *train, *rank_flags(rank, port)]
 
 
 def run_together(commands):
@@ -86,11 +104,7 @@ def test_two_processes_equal_one_with_the_doubled_batch(row, toy_struct_bin, tmp
     port = free_port()
     ranks = [
         recorded_train_command(
-            record, *train_args(toy_struct_bin, task, arch, extra, BATCH),
-            "--ddp-backend", "legacy_ddp", "--distributed-backend", "gloo",
-            "--distributed-world-size", "2", "--distributed-no-spawn",
-            "--distributed-init-method", "tcp://127.0.0.1:%d" % port,
-            "--distributed-rank", str(rank), "--device-id", str(rank))
+            record, *train_args(toy_struct_bin, task, arch, extra, BATCH), *rank_flags(rank, port))
         for rank, record in enumerate(records)
     ]
     single = recorded_train_command(single_record,
@@ -122,6 +136,51 @@ def test_two_processes_equal_one_with_the_doubled_batch(row, toy_struct_bin, tmp
     for name, value in single["final"].items():
         torch.testing.assert_close(ranks[0]["final"][name], value, atol=1e-5, rtol=1e-4,
                                    msg=name)
+
+
+def logged_losses(output):
+    """The loss of every update that rank 0 logged (``--log-format json --log-interval 1``)."""
+    return [float(json.loads(line.split("| train_inner | ", 1)[1])["loss"])
+            for line in output.splitlines() if "| train_inner | " in line]
+
+
+def test_torchrun_trains_as_the_hand_launched_ranks(toy_struct_bin, tmp_path):
+    """torchrun sets WORLD_SIZE; fairseq read it only with a world size other than
+    its default (the GPU count, at least 1), so on CPUs each process trained alone."""
+    def train(save_dir):
+        return train_args(toy_struct_bin, "translation", "transformer_posattn", [], BATCH,
+                          save=["--save-dir", save_dir, "--no-epoch-checkpoints", "--log-format",
+                                "json", "--log-interval", "1"])
+
+    port = free_port()
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
+                cli("fairseq-train"), *train(tmp_path / "torchrun"),
+                "--ddp-backend", "legacy_ddp", "--distributed-backend", "gloo"]
+    launched, rank0, _ = run_together(
+        [torchrun, *(hand_launched(train(tmp_path / "by-hand"), rank, port) for rank in (0, 1))])
+    assert "training on 2 devices" in launched and "WORLD_SIZE=2" in launched
+    assert len(logged_losses(rank0)) == UPDATES
+    assert logged_losses(launched) == logged_losses(rank0)
+    models = [checkpoint_utils.load_checkpoint_to_cpu(str(tmp_path / d / "checkpoint_last.pt"))["model"]
+              for d in ("torchrun", "by-hand")]
+    assert models[0].keys() == models[1].keys()
+    for name, value in models[1].items():
+        assert torch.equal(models[0][name], value), name
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_rank_alone_stops_at_the_rendezvous_timeout(rank, toy_struct_bin, tmp_path):
+    """The other rank never starts: torch's default wait is 30 minutes."""
+    seconds = 4
+    train = train_args(toy_struct_bin, "translation", "transformer_posattn", [], BATCH)
+    proc = run(hand_launched(train, rank, free_port()), check=False, timeout=90,
+               env={distributed_launch.TIMEOUT_VARIABLE: str(seconds)})
+    assert proc.returncode != 0
+    assert re.search(r"RendezvousTimeoutError: rank %d gave up after %d s at tcp://127\.0\.0\.1:\d+ "
+                     r"waiting for rank %d \(--distributed-world-size 2\) to join \(torch: "
+                     % (rank, seconds, 1 - rank), proc.stderr), proc.stderr[-3000:]
+    assert "FAIRSEQ_POSATTN_RENDEZVOUS_TIMEOUT=SECONDS to wait longer" in proc.stderr
 
 
 # --------------------------------------------------------------------------

@@ -9,12 +9,15 @@ plugin repairs) lists them.
 from . import (bf16, checkpoint_integrity, clean_exit, hub_skipped_inputs, hydra, input_options,
                interactive_lines, last_batch, option_names, reserved_symbols, safe_loading,
                user_dir)
+from . import atomic_copies, distributed_launch
 
 
 def install() -> None:
     """Install every repair (idempotent)."""
     safe_loading.install()
     checkpoint_integrity.install()
+    atomic_copies.install()
+    distributed_launch.install()
     interactive_lines.install()
     reserved_symbols.install()
     hub_skipped_inputs.install()
