@@ -255,9 +255,9 @@ def test_a_destdir_holding_another_pair_keeps_it_through_a_failed_run_then_gains
     assert after[f"valid.en-fr.en.trees.bin"] == before[f"valid.en-de.en.trees.bin"]
 
 
-def killed_while_moving(command, dest):
-    """In a forked child: fairseq-posattn-preprocess ``command``, SIGKILLed
-    when the first of its files has moved into ``dest``."""
+def killed_at_first_move_into(dest, action, *args):
+    """In a forked child: ``action(*args)``, SIGKILLed when a first file has
+    moved into ``dest`` (by ``os.replace``)."""
     replace = os.replace
 
     def replace_then_die(source, target):
@@ -266,26 +266,36 @@ def killed_while_moving(command, dest):
             os.kill(os.getpid(), signal.SIGKILL)
 
     os.replace = replace_then_die
-    preprocess.cli_main(command)
+    action(*args)
+
+
+def take_lock(dest):
+    with destination.destination_lock(str(dest)):
+        pass
+
+
+def killed(dest, action, *args):
+    dead = FORK.Process(target=killed_at_first_move_into, args=(dest, action, *args))
+    dead.start()
+    dead.join(120)
+    assert dead.exitcode == -signal.SIGKILL
 
 
 def test_a_run_killed_while_its_files_move_into_place_is_undone_by_the_next(
         toy_raw, toy_struct_bin, tmp_path, caplog):
     """--trees-only rewrites the trees of a finished data-bin (here with control
-    trees) and is killed half-way through moving them in."""
+    trees) and is killed half-way through moving them in; so is the next run,
+    half-way through undoing that."""
     dest = tmp_path / "bin"
     shutil.copytree(toy_struct_bin, dest)
     command = argv(toy_raw, dest) + ["--trees-only", "--control-trees", "left-neighbour"]
-    dead = FORK.Process(target=killed_while_moving, args=(command, dest))
-    dead.start()
-    dead.join(120)
-    assert dead.exitcode == -signal.SIGKILL
+    killed(dest, preprocess.cli_main, command)
     moved = [name for name in readable(toy_struct_bin)
              if (dest / name).read_bytes() != (toy_struct_bin / name).read_bytes()]
     assert len(moved) == 1 and moved[0].endswith(".trees.bin")  # one tree file of three splits new
+    killed(dest, take_lock, dest)  # the next run dies as it puts back the first file
     with caplog.at_level(logging.WARNING, logger="fairseq_posattn.preprocess"):
-        with destination.destination_lock(str(dest)):  # what the next run does first
-            pass
+        take_lock(dest)  # what the next run does first
     assert "that process is gone" in caplog.text
     assert sorted(os.listdir(dest)) == readable(dest)
     same_files(dest, toy_struct_bin)

@@ -139,19 +139,19 @@ def _move_in(staging: str, destdir: str) -> None:
     :data:`REPLACED` and the list of the files into :data:`MOVING`, so that
     :func:`roll_back` can put ``destdir`` back as it was."""
     names = sorted(os.listdir(staging), key=lambda name: (name == MANIFEST, name.startswith("dict.")))
+    replaced = [name for name in names if os.path.exists(os.path.join(destdir, name))]
     os.mkdir(os.path.join(staging, REPLACED))
-    for name in names:
+    for name in replaced:
         target = os.path.join(destdir, name)
-        if os.path.exists(target):
-            os.link(target, os.path.join(staging, REPLACED, name))
-            if name.endswith(".log"):  # the new log goes after the old one
-                with open(os.path.join(staging, name), "rb") as log:
-                    new = log.read()
-                shutil.copyfile(target, os.path.join(staging, name))
-                with open(os.path.join(staging, name), "ab") as log:
-                    log.write(new)
+        os.link(target, os.path.join(staging, REPLACED, name))
+        if name.endswith(".log"):  # the new log goes after the old one
+            with open(os.path.join(staging, name), "rb") as log:
+                new = log.read()
+            shutil.copyfile(target, os.path.join(staging, name))
+            with open(os.path.join(staging, name), "ab") as log:
+                log.write(new)
     with open(os.path.join(staging, f"{MOVING}.new"), "w", encoding="utf-8") as plan:
-        json.dump(names, plan)
+        json.dump({"files": names, "replaced": replaced}, plan)
     os.replace(os.path.join(staging, f"{MOVING}.new"), os.path.join(staging, MOVING))
     for name in names:
         os.replace(os.path.join(staging, name), os.path.join(destdir, name))
@@ -162,13 +162,14 @@ def roll_back(destdir: str) -> None:
     cut short: put back the files they replaced and remove the others."""
     staging = os.path.join(destdir, STAGING)
     try:
-        with open(os.path.join(staging, MOVING), encoding="utf-8") as plan:
-            names = json.load(plan)
+        with open(os.path.join(staging, MOVING), encoding="utf-8") as f:
+            plan = json.load(f)
     except FileNotFoundError:
         return  # nothing had moved yet
-    for name in names:
-        if os.path.exists(os.path.join(staging, REPLACED, name)):
-            os.replace(os.path.join(staging, REPLACED, name), os.path.join(destdir, name))
+    for name in plan["files"]:  # each step can be done again: a roll back may be cut short too
+        if name in plan["replaced"]:
+            with contextlib.suppress(FileNotFoundError):
+                os.replace(os.path.join(staging, REPLACED, name), os.path.join(destdir, name))
         elif not os.path.exists(os.path.join(staging, name)):  # it had moved in
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(destdir, name))
