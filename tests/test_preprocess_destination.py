@@ -337,3 +337,25 @@ def test_a_full_disk_is_one_line_naming_the_file_and_the_space_needed(
     assert f"bytes in {dest}, which has " in message and "free space or pass another --destdir" \
         in message
     assert os.listdir(dest) == []
+
+
+def test_trees_only_adds_the_trees_and_the_checksums_of_the_text_it_read(
+        toy_raw, toy_data_bin, toy_struct_bin, tmp_path):
+    """fairseq-preprocess's output, which has no checksums, completed with --trees-only."""
+    dest = tmp_path / "bin"
+    shutil.copytree(toy_data_bin, dest)
+    preprocess.cli_main(argv(toy_raw, dest) + ["--trees-only"])
+    same_files(dest, toy_struct_bin)  # the manifest too: the same files, the same checksums
+
+
+def test_trees_only_refuses_text_that_differs_from_its_checksum(toy_raw, toy_struct_bin, tmp_path):
+    dest = tmp_path / "bin"
+    shutil.copytree(toy_struct_bin, dest)
+    source = dest / "valid.en-de.en.bin"
+    content = bytearray(source.read_bytes())
+    content[5] ^= 1
+    source.write_bytes(bytes(content))
+    before = snapshot(dest)
+    with pytest.raises(StructureError, match=f"{source}: its SHA-256 differs"):
+        preprocess.cli_main(argv(toy_raw, dest) + ["--trees-only"])
+    assert snapshot(dest) == before

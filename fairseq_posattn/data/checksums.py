@@ -7,7 +7,8 @@ and dictionaries, the tree files), the format of ``sha256sum``, so that
 ``sha256sum -c SHA256SUMS`` checks it without Python.  SHA-256 is a standard,
 hardware-accelerated hash (about 1.3 GB/s here, 1.3 times BLAKE2b and half of
 CRC-32; docs/reliability.md "Damaged data").  A data-bin written before 0.4.0
-has no manifest: it loads with one warning that it is unverified.
+has no manifest: it loads with one warning that it is unverified (``--trees-only``
+records the checksums of the text it reads beside the trees).
 """
 
 import hashlib
@@ -53,18 +54,19 @@ def write_manifest(folder: str, sums: Dict[str, str]) -> None:
         f.writelines(f"{sums[name]}  {name}\n" for name in sorted(sums))
 
 
-def verify(folder: str, names: Iterable[str]) -> None:
+def verify(folder: str, names: Iterable[str], warn_unverified: bool = True) -> None:
     """StructureError unless each file ``names`` of ``folder`` has the checksum
-    its manifest records; files it does not record are loaded with a warning."""
+    its manifest records; files it does not record are loaded with a warning,
+    and so is a folder without a manifest (once) if ``warn_unverified``."""
     sums = read_manifest(folder)
     if not sums:
-        if folder not in _WARNED:
+        if warn_unverified and folder not in _WARNED:
             _WARNED.add(folder)
-            logger.warning(f"{folder} has no {MANIFEST}: it was written before fairseq_posattn "
-                           f"0.4.0, so a damaged file in it goes unnoticed. Record the checksums "
-                           f"of its files now ('cd {folder} && sha256sum *.bin *.idx dict.*.txt "
-                           f"> {MANIFEST}'), or rerun fairseq-posattn-preprocess into a new "
-                           f"--destdir")
+            logger.warning(f"{folder} has no {MANIFEST} (fairseq-preprocess and fairseq_posattn "
+                           f"before 0.4.0 write none), so a damaged file in it goes unnoticed. "
+                           f"Record the checksums of its files now ('cd {folder} && sha256sum "
+                           f"*.bin *.idx dict.*.txt > {MANIFEST}'), or let fairseq-posattn-preprocess "
+                           f"--trees-only record them as it rewrites the trees")
         return
     unrecorded = []
     for name in names:
@@ -79,7 +81,8 @@ def verify(folder: str, names: Iterable[str]) -> None:
                 f"fairseq-posattn-preprocess (--trees-only for a tree file)", source=path)
     if unrecorded:
         logger.warning(f"{os.path.join(folder, MANIFEST)} records no checksum of "
-                       f"{', '.join(unrecorded)}: loaded unverified")
+                       f"{', '.join(unrecorded)}: loaded unverified (add their lines with "
+                       f"'sha256sum FILE... >> {MANIFEST}' in {folder})")
 
 
 def verify_split(data_path: str, split: str, src: str, tgt: str, combine: bool) -> None:

@@ -302,19 +302,24 @@ def full_disk_reported(args, staging: str):
 def record_checksums(args, staging: str) -> None:
     """The manifest of ``--destdir`` (:mod:`.checksums`) in ``staging``: its
     entries, updated with the files this run wrote; with ``--trees-only``, also
-    the text of each split and the dictionaries that it does not record yet."""
+    the text and dictionaries that it does not record yet (:func:`binarized_text`)."""
     sums = checksums.read_manifest(args.destdir)
     sums.update((name, checksums.sha256(os.path.join(staging, name)))
                 for name in os.listdir(staging) if not name.endswith(".log"))
     if args.trees_only:
-        text = [os.path.basename(preprocess.dataset_dest_file(args, split, lang, ext))
-                for split, _ in split_prefixes(args) for lang in (args.source_lang, args.target_lang)
-                for ext in ("bin", "idx")]
-        text += [os.path.basename(dictionary_path(args, lang))
-                 for lang in (args.source_lang, args.target_lang)]
-        sums.update((name, checksums.sha256(os.path.join(args.destdir, name))) for name in text
-                    if name not in sums and os.path.exists(os.path.join(args.destdir, name)))
+        sums.update((name, checksums.sha256(os.path.join(args.destdir, name)))
+                    for name in binarized_text(args) if name not in sums)
     checksums.write_manifest(staging, sums)
+
+
+def binarized_text(args):
+    """The names of the binarized text of every split and of the dictionaries
+    that ``--destdir`` holds."""
+    names = [os.path.basename(preprocess.dataset_dest_file(args, split, lang, ext))
+             for split, _ in split_prefixes(args) for lang in (args.source_lang, args.target_lang)
+             for ext in ("bin", "idx")]
+    names += [os.path.basename(dictionary_path(args, lang)) for lang in (args.source_lang, args.target_lang)]
+    return [name for name in names if os.path.exists(os.path.join(args.destdir, name))]
 
 
 def main(args):
@@ -325,7 +330,9 @@ def main(args):
     with destination_lock(args.destdir), staged(args.destdir) as staging, \
             full_disk_reported(args, staging):
         text_dir = args.destdir
-        if not args.trees_only:
+        if args.trees_only:  # the text is read from --destdir: checked where it has checksums
+            checksums.verify(args.destdir, binarized_text(args), warn_unverified=False)
+        else:
             texts = [path for _, prefix in split_prefixes(args)
                      for path in text_paths(args, prefix) if os.path.exists(path)]
             refuse_existing_dictionaries(args)

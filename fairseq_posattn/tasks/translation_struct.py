@@ -76,10 +76,9 @@ class TranslationStructTask(RemembersInputOptions, TranslationTask):
     @classmethod
     def load_dictionary(cls, filename):
         """The dictionary ``filename``, checked first against the checksums of
-        its data-bin where it has them (:mod:`~fairseq_posattn.data.checksums`)."""
-        folder = os.path.dirname(filename)
-        if os.path.exists(os.path.join(folder, checksums.MANIFEST)):
-            checksums.verify(folder, [os.path.basename(filename)])
+        its folder where it has them (:mod:`~fairseq_posattn.data.checksums`)."""
+        checksums.verify(os.path.dirname(filename), [os.path.basename(filename)],
+                         warn_unverified=False)
         return super().load_dictionary(filename)
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
