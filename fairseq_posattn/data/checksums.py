@@ -4,13 +4,15 @@ verified when ``translation_struct`` loads a split.
 :data:`MANIFEST` (``SHA256SUMS`` in ``--destdir``) holds one line
 ``<sha256 hex>  <file name>`` per file the command wrote (fairseq's text files
 and dictionaries, the tree files), the format of ``sha256sum``, so that
-``sha256sum -c SHA256SUMS`` checks it without Python.  SHA-256 is a standard,
-hardware-accelerated hash (about 1.3 GB/s here, 1.3 times BLAKE2b and half of
-CRC-32; docs/reliability.md "Damaged data").  A data-bin written before 0.4.0
+``sha256sum -c SHA256SUMS`` checks it without Python.  SHA-256 is a standard
+hash with CPU instructions of its own: here 1.7 times as fast as BLAKE2b and
+half as fast as CRC-32, which no standard tool checks from a list
+(docs/reliability.md, "Damaged data").  A data-bin written before 0.4.0
 has no manifest: it loads with one warning that it is unverified (``--trees-only``
 records the checksums of the text it reads beside the trees).
 """
 
+import functools
 import hashlib
 import logging
 import os
@@ -26,9 +28,12 @@ _WARNED = set()  # folders already warned about in this process
 
 
 def sha256(path: str) -> str:
-    """The SHA-256 of the file ``path``, in hex."""
+    """The SHA-256 of the file ``path``, in hex (read in blocks of 1 MiB)."""
+    digest = hashlib.sha256()
     with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
+        for block in iter(functools.partial(f.read, 1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def read_manifest(folder: str) -> Dict[str, str]:
