@@ -359,3 +359,28 @@ def test_trees_only_refuses_text_that_differs_from_its_checksum(toy_raw, toy_str
     with pytest.raises(StructureError, match=f"{source}: its SHA-256 differs"):
         preprocess.cli_main(argv(toy_raw, dest) + ["--trees-only"])
     assert snapshot(dest) == before
+
+
+def test_trees_only_into_links_to_another_data_bin_leaves_that_one_as_it_is(
+        toy_raw, toy_struct_bin, tmp_path):
+    """The recipes' data-bins of control trees: links to the binarized text
+    (and the manifest) of another data-bin, trees of their own; a run killed
+    while its files move in is undone, links included."""
+    shared = tmp_path / "bin"
+    shutil.copytree(toy_struct_bin, shared)
+    dest = tmp_path / "bin.left-neighbour-trees"
+    dest.mkdir()
+    for path in shared.iterdir():
+        if ".trees." not in path.name and not path.name.endswith(".log"):
+            os.symlink(path, dest / path.name)
+    before, links = snapshot(shared), sorted(os.listdir(dest))
+    command = argv(toy_raw, dest) + ["--trees-only", "--control-trees", "left-neighbour"]
+    killed_at_first_move(dest, preprocess.cli_main, command)
+    take_lock(dest)
+    assert sorted(os.listdir(dest)) == links and all((dest / name).is_symlink() for name in links)
+    preprocess.cli_main(command)
+    assert snapshot(shared) == before
+    assert not (dest / checksums.MANIFEST).is_symlink()
+    assert all((dest / name).is_symlink() for name in links if name != checksums.MANIFEST)
+    for name, digest in checksums.read_manifest(str(dest)).items():
+        assert checksums.sha256(str(dest / name)) == digest, name

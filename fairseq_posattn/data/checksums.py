@@ -83,7 +83,8 @@ def verify(folder: str, names: Iterable[str], warn_unverified: bool = True) -> N
                 f"{path}: its SHA-256 differs from the one that fairseq-posattn-preprocess "
                 f"recorded in {os.path.join(folder, MANIFEST)} when it wrote the file: the file "
                 f"was damaged or changed since. Restore it from a copy, or rerun "
-                f"fairseq-posattn-preprocess (--trees-only for a tree file)", source=path)
+                f"fairseq-posattn-preprocess into a new --destdir (--trees-only rewrites a tree "
+                f"file in place)", source=path)
     if unrecorded:
         logger.warning(f"{os.path.join(folder, MANIFEST)} records no checksum of "
                        f"{', '.join(unrecorded)}: loaded unverified (add their lines with "

@@ -143,7 +143,7 @@ def _move_in(staging: str, destdir: str) -> None:
     os.mkdir(os.path.join(staging, REPLACED))
     for name in replaced:
         target = os.path.join(destdir, name)
-        os.link(target, os.path.join(staging, REPLACED, name))
+        os.link(target, os.path.join(staging, REPLACED, name), follow_symlinks=False)  # a link stays one
         if name.endswith(".log"):  # the new log goes after the old one
             with open(os.path.join(staging, name), "rb") as log:
                 new = log.read()
