@@ -265,7 +265,10 @@ def needed_bytes(args) -> int:
                     spaces, lines = spaces + chunk.count(b" "), lines + chunk.count(b"\n")
             tokens = spaces + 2 * lines  # the words of each line and its EOS
             index = 12 * lines + 26  # the sizes, offsets and header
-            total += (0 if args.trees_only else 2 * tokens + index) + (tokens + index if side == 0 else 0)
+            if not args.trees_only:
+                total += 2 * tokens + index  # fairseq's binarized text
+            if side == 0:
+                total += tokens + index  # the trees
     return total
 
 
@@ -291,7 +294,7 @@ def full_disk_reported(args, staging: str):
         if error.errno != errno.ENOSPC:
             raise
         path = error.filename or file_written(error.__traceback__) or staging
-        written = sum(os.path.getsize(path) for path in glob.glob(os.path.join(staging, "*")))
+        written = sum(map(os.path.getsize, glob.glob(os.path.join(staging, "*"))))
         free = shutil.disk_usage(staging).free + written
         raise DiskFull(f"{path}: no space left on the device while writing it. This run needs "
                        f"about {needed_bytes(args):,} bytes in {args.destdir}, which has {free:,} "
