@@ -41,7 +41,7 @@ def write_trees(directory: Path, *extra):
     parser = options.get_preprocessing_parser()
     preprocess.add_tree_args(parser)
     args = parser.parse_args(text_args(directory, "--trees-only", *extra))
-    return preprocess.write_trees(args, "train", str(directory / "train"))
+    return preprocess.write_trees(args, "train", str(directory / "train"), args.destdir, args.destdir)
 
 
 def conllu_blocks(path: Path):

@@ -4,6 +4,7 @@ binarized data, checked against the text, collated like the tokens."""
 import os
 import shutil
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -14,6 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import fairseq_posattn  # noqa: F401  (registers the task)
+from fairseq_posattn.data import checksums
+from fairseq_posattn.data.checksums import MANIFEST
+from fairseq_posattn.data.destination import STAGING
 from fairseq_posattn.structure import StructureError, piece_structure, read_conllu
 
 from conftest import (COMMON_ARGS, TINY_MODEL_ARGS, TOY_SIZES, USER_DIR, grouped_words, read_trees,
@@ -62,6 +66,12 @@ def struct_bin(bpe_dir, tmp_path_factory):
     dest = tmp_path_factory.mktemp("struct-bin")
     preprocess(bpe_dir, dest)
     return dest
+
+
+def unverified_copy(data_bin: Path, dest: Path) -> None:
+    """A copy of a data-bin without its checksums, as version 0.3.0 wrote it:
+    damage is left to the loader's checks of the files' structure."""
+    shutil.copytree(data_bin, dest, ignore=shutil.ignore_patterns(MANIFEST))
 
 
 def load_task(data: Path, *flags):
@@ -185,7 +195,7 @@ def test_trees_of_other_words_are_refused(bpe_dir, tmp_path):
 
 def test_tree_data_of_another_split_is_refused_at_load_time(struct_bin, tmp_path):
     data = tmp_path / "bin"
-    shutil.copytree(struct_bin, data)
+    unverified_copy(struct_bin, data)
     for ext in ("bin", "idx"):
         shutil.copy(data / f"train.en-de.en.trees.{ext}", data / f"valid.en-de.en.trees.{ext}")
     task = load_task(data)
@@ -203,7 +213,7 @@ def test_trees_swapped_between_sentences_of_equal_length_are_refused_at_load_tim
                 if len(lines[i].split()) == len(lines[j].split())
                 and grouped_words(lines[i]) != grouped_words(lines[i], lines[j]))
     data = tmp_path / "bin"
-    shutil.copytree(struct_bin, data)
+    unverified_copy(struct_bin, data)
     trees = data / "valid.en-de.en.trees.bin"
     values = np.frombuffer(trees.read_bytes(), dtype=np.uint8).copy()  # one byte per piece
     starts = np.cumsum([0] + [len(line.split()) for line in lines])
@@ -213,7 +223,8 @@ def test_trees_swapped_between_sentences_of_equal_length_are_refused_at_load_tim
     task = load_task(data)
     with pytest.raises(StructureError) as err:
         task.load_dataset("valid")
-    assert (f"split 'valid', sentence {i}: the subword markers (subword_nmt) group its pieces "
+    assert (f"{data / 'valid.en-de.en.bin'}, sentence {i} (split 'valid'): the subword markers "
+            f"(subword_nmt) group its pieces "
             f"into the words {grouped_words(lines[i])} but its tree groups them into "
             f"{grouped_words(lines[i], lines[j])} (2 sentences in this block disagree)"
             in str(err.value)), str(err.value)
@@ -261,8 +272,7 @@ preprocess.cli_main(sys.argv[2:])
 
 
 @pytest.mark.slow
-def test_killed_preprocess_leaves_no_tree_file_and_reruns_to_the_same_files(
-        bpe_dir, struct_bin, tmp_path):
+def test_killed_preprocess_leaves_nothing_and_reruns_to_the_same_files(bpe_dir, struct_bin, tmp_path):
     dest = tmp_path / "bin"
     args = ["--source-lang", "en", "--target-lang", "de", "--trainpref", bpe_dir / "train",
             "--validpref", bpe_dir / "valid", "--testpref", bpe_dir / "test", "--destdir", dest,
@@ -271,13 +281,9 @@ def test_killed_preprocess_leaves_no_tree_file_and_reruns_to_the_same_files(
     kill_at = 2
     killed = run([sys.executable, "-c", DYING_PREPROCESS, kill_at, *args], check=False)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
-    names = set(os.listdir(dest))
-    assert {"train.en-de.en.trees.idx", "test.en-de.en.bin"} <= names
-    assert not {"valid.en-de.en.trees.bin", "valid.en-de.en.trees.idx"} & names
-    assert "valid.en-de.en.trees.partial.bin" in names
-    with pytest.raises(FileNotFoundError, match="fairseq-posattn-preprocess"):
-        load_task(dest).load_dataset("valid")
-    preprocess(bpe_dir, dest, "--trees-only")  # the text is binarized already
+    assert [name for name in os.listdir(dest) if not name.startswith(".")] == []
+    assert (dest / STAGING / "valid.en-de.en.trees.partial.bin").exists()
+    preprocess(bpe_dir, dest)  # the same command
     assert sorted(os.listdir(dest)) == sorted(os.listdir(struct_bin))
     for path in struct_bin.iterdir():
         if path.name != "preprocess.log":
@@ -412,7 +418,7 @@ def _set_byte(path, where, value):
 ])
 def test_damaged_tree_files_are_refused_at_load_time(struct_bin, tmp_path, damage, needle):
     data = tmp_path / "bin"
-    shutil.copytree(struct_bin, data)
+    unverified_copy(struct_bin, data)
     damage(data)
     task = load_task(data)
     with pytest.raises(StructureError, match=needle) as err:
@@ -423,7 +429,7 @@ def test_damaged_tree_files_are_refused_at_load_time(struct_bin, tmp_path, damag
 def test_a_head_out_of_range_names_the_split_and_sentences(struct_bin, tmp_path):
     """A value changed inside a data file of the right length is found when its batch is made."""
     data = tmp_path / "bin"
-    shutil.copytree(struct_bin, data)
+    unverified_copy(struct_bin, data)
     trees = data / "valid.en-de.en.trees.bin"
     values = np.frombuffer(trees.read_bytes(), dtype=np.uint8).copy()
     values[0] = 200  # the head of the first word of sentence 0
@@ -441,7 +447,7 @@ def test_a_head_out_of_range_names_the_split_and_sentences(struct_bin, tmp_path)
 def fuzzed_copy(struct_bin, tmp_path_factory):
     """A copy of the data whose valid split the fuzz test damages, and its task."""
     data = tmp_path_factory.mktemp("fuzz") / "bin"
-    shutil.copytree(struct_bin, data)
+    unverified_copy(struct_bin, data)
     return data, {name: (data / name).read_bytes() for name in VALID_TREES}, load_task(data)
 
 
@@ -479,3 +485,85 @@ def test_damage_anywhere_is_a_structure_error(fuzzed_copy, name, how, where, jun
             pass
     except StructureError:
         pass
+
+
+# --------------------------------------------------------------------------
+# checksums: what fairseq-posattn-preprocess wrote is what a split loads
+# --------------------------------------------------------------------------
+
+VALID_FILES = [f"valid.en-de.{name}" for name in ("en.bin", "en.idx", "de.bin", "de.idx",
+                                                  "en.trees.bin", "en.trees.idx")]
+
+
+def test_every_file_written_is_recorded_in_a_manifest_that_sha256sum_checks(struct_bin):
+    names = sorted(path.name for path in struct_bin.iterdir()
+                   if path.name not in ("preprocess.log", MANIFEST))
+    assert sorted(checksums.read_manifest(str(struct_bin))) == names
+    if shutil.which("sha256sum"):
+        checked = run(["sha256sum", "--check", "--strict", MANIFEST], cwd=struct_bin)
+        assert checked.stdout.count(": OK") == len(names)
+
+
+def flip_bit(path: Path, where: float) -> None:
+    """Flip the lowest bit of the byte at ``where`` (0 to 1) of the file ``path``."""
+    content = bytearray(path.read_bytes())
+    content[round(where * (len(content) - 1))] ^= 1
+    path.write_bytes(bytes(content))
+
+
+@pytest.mark.parametrize("where", [0, 0.5, 1])
+@pytest.mark.parametrize("name", VALID_FILES + ["dict.en.txt"])
+def test_a_flipped_bit_in_any_file_of_a_split_is_refused_naming_it(struct_bin, tmp_path, name, where):
+    data = tmp_path / "bin"
+    shutil.copytree(struct_bin, data)
+    flip_bit(data / name, where)
+    with pytest.raises(StructureError) as err:
+        load_task(data).load_dataset("valid")
+    assert str(err.value).startswith(f"{data / name}: its SHA-256 differs from the one that "
+                                     f"fairseq-posattn-preprocess recorded in {data / MANIFEST}")
+
+
+def test_a_data_bin_without_checksums_loads_with_one_warning_that_says_how_to_add_them(
+        struct_bin, tmp_path, caplog):
+    data = tmp_path / "bin"
+    unverified_copy(struct_bin, data)
+    task = load_task(data)
+    with caplog.at_level("WARNING"):
+        for split in SPLITS:
+            task.load_dataset(split)
+    warnings = [r.getMessage() for r in caplog.records if MANIFEST in r.getMessage()]
+    assert len(warnings) == 1 and f"{data} has no {MANIFEST}" in warnings[0], warnings
+    if not shutil.which("sha256sum"):
+        pytest.skip("no sha256sum to run the command the warning advises")
+    subprocess.run(warnings[0].split("('")[1].split("')")[0], shell=True, check=True)
+    flip_bit(data / "valid.en-de.de.bin", 0.5)
+    with pytest.raises(StructureError, match="valid.en-de.de.bin: its SHA-256 differs"):
+        load_task(data).load_dataset("valid")
+
+
+def test_plain_fairseq_reads_a_data_bin_with_checksums(struct_bin):
+    from fairseq import options, tasks
+
+    args = options.parse_args_and_arch(options.get_training_parser(), [
+        str(struct_bin), "--task", "translation", "--arch", "transformer", "--source-lang", "en",
+        "--target-lang", "de"])
+    task = tasks.setup_task(args)
+    task.load_dataset("valid")
+    assert len(task.dataset("valid")) == TOY_SIZES["valid"]
+
+
+def test_a_token_id_outside_the_dictionary_is_refused_naming_file_and_sentence(struct_bin, tmp_path):
+    """In a data-bin without checksums (one written before 0.4.0)."""
+    data = tmp_path / "bin"
+    unverified_copy(struct_bin, data)
+    source = data / "valid.en-de.en.bin"
+    task = load_task(data)
+    entries = len(task.src_dict)
+    tokens = np.frombuffer(source.read_bytes(), dtype=np.uint16).copy()  # fairseq's type here
+    tokens[np.flatnonzero(tokens == task.src_dict.eos())[1] + 1] = entries + 7  # in sentence 2
+    source.write_bytes(tokens.tobytes())
+    with pytest.raises(StructureError) as err:
+        task.load_dataset("valid")
+    assert str(err.value).startswith(
+        f"{source}, sentence 2 (split 'valid'): token id {entries + 7} is outside the dictionary "
+        f"of {entries} entries"), str(err.value)

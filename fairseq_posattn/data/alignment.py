@@ -57,7 +57,16 @@ class WordStarts:
         ``where(i)`` names sentence ``i`` (counted from ``first``)."""
         sizes = np.asarray(sizes, dtype=np.int64)
         ends = np.cumsum(sizes + 1)
-        pieces = np.delete(np.asarray(source), ends - 1)  # the EOS of each sentence
+        source = np.asarray(source)
+        outside = np.flatnonzero((source < 0) | (source >= len(self.marked)))
+        if len(outside):
+            i = int(np.searchsorted(ends, outside[0], side="right"))
+            raise StructureError(
+                f"{where(first + i)}: token id {source[outside[0]]} is outside the dictionary "
+                f"of {len(self.marked)} entries ({len(outside)} such tokens in this block): the "
+                f"binarized text is damaged or was binarized with another dictionary; rerun "
+                f"fairseq-posattn-preprocess")
+        pieces = np.delete(source, ends - 1)  # the EOS of each sentence
         firsts = (ends - sizes - 1 - np.arange(len(sizes)))[sizes > 0]
         starts, known = self._starts(pieces, firsts)
         trees = np.asarray(values) != 0

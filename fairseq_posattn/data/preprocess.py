@@ -10,7 +10,9 @@ the text or its binarization, and source and target files of different line
 counts, are refused naming the file, line and sentence.  Reserved symbols
 typed as words are binarized as ``<unk>``
 (:mod:`fairseq_posattn.compat.reserved_symbols`); one run at a time writes
-into a ``--destdir`` (:mod:`~fairseq_posattn.data.destination`).
+into a ``--destdir`` (:mod:`~fairseq_posattn.data.destination`), whose output
+(text, trees and their checksums, :mod:`~fairseq_posattn.data.checksums`)
+moves into it only when every split is written and checked.
 ``--control-trees`` writes deliberately wrong trees over the same words
 (:mod:`fairseq_posattn.structure.control_trees`).  docs/structure.md ("Tree
 files") is the manual.
@@ -18,10 +20,16 @@ files") is the manual.
 
 import argparse
 import contextlib
+import errno
 import functools
+import glob
+import io
 import logging
 import multiprocessing
 import os
+import shutil
+import sys
+import traceback
 import zlib
 from dataclasses import dataclass
 from typing import Optional, Tuple
@@ -37,6 +45,7 @@ from ..errors import fail, unusual_characters
 from ..structure import (CONTROL_TREES, SCHEMES, StructureError, encode_piece_tree,
                          piece_word_map, words_from_pieces)
 from ..structure.conllu_io import SentenceIndex, index_sentences
+from . import checksums
 from .alignment import WordStarts
 from .destination import destination_lock, staged
 from .parse import InputIndex, scan_input
@@ -168,18 +177,22 @@ def dictionary_path(args, lang: str) -> str:
     return os.path.join(args.destdir, f"dict.{lang}.txt")
 
 
-def write_trees(args, split: str, input_prefix: str) -> int:
-    """Write the trees of one split in parts of :data:`PART` sentences (in
-    ``--workers`` processes; the file is the same for any number); return
-    the number of sentences."""
+def write_trees(args, split: str, input_prefix: str, text_dir: str, out_dir: str) -> int:
+    """Write the trees of one split into ``out_dir`` in parts of :data:`PART`
+    sentences (in ``--workers`` processes; the file is the same for any
+    number), checked against the binarized text in ``text_dir``; return the
+    number of sentences."""
     src = args.source_lang
     text_path = f"{input_prefix}.{src}"
     tree_path = f"{text_path}.{args.trees_suffix}"
-    dest = preprocess.dataset_dest_prefix(args, split, src)
-    binarized = data_utils.load_indexed_dataset(dest, None, args.dataset_impl)
-    dictionary = dictionary_path(args, src)
+    dest = preprocess.dataset_dest_prefix(args, split, src)  # where the text is named
+    name = os.path.basename(dest)
+    binarized = data_utils.load_indexed_dataset(os.path.join(text_dir, name), None,
+                                                args.dataset_impl)
+    dictionary = os.path.join(text_dir, os.path.basename(dictionary_path(args, src)))
     missing = [path for path, there in ((f"{dest}.bin/.idx", binarized is not None),
-                                        (dictionary, os.path.exists(dictionary))) if not there]
+                                        (dictionary_path(args, src), os.path.exists(dictionary)))
+               if not there]
     if missing:
         raise FileNotFoundError(f"{' and '.join(missing)} not found: binarize the text first "
                                 f"(run without --trees-only)")
@@ -196,7 +209,7 @@ def write_trees(args, split: str, input_prefix: str) -> int:
     longest = max(int(binarized.sizes[start:end].max()) for start, end in blocks(len(binarized)))
     job = _Split(text, index_sentences(tree_path, PART), args.subword_scheme,
                  args.control_trees, args.control_trees_seed, split)
-    with TreeFileWriter(dest, tree_dtype(longest)) as out, \
+    with TreeFileWriter(os.path.join(out_dir, name), tree_dtype(longest)) as out, \
             parts_map(args.workers, text.n_chunks) as each, \
             tqdm(total=text.n_lines, desc=f"trees {split}", unit=" sentences") as bar:
         for k, (values, sizes) in enumerate(each(functools.partial(encode_part, job),
@@ -229,28 +242,118 @@ def refuse_existing_dictionaries(args) -> None:
         path = dictionary_path(args, lang)
         if not given and os.path.exists(path):
             raise FileExistsError(f"{path} exists: --destdir holds a binarized corpus already; "
-                                  f"write to another --destdir, or pass its dictionaries "
+                                  f"add --trees-only to write just the trees beside it, write to "
+                                  f"another --destdir, or pass its dictionaries "
                                   f"(--srcdict/--tgtdict) to binarize anew with them")
 
 
+class DiskFull(OSError):
+    """The disk of ``--destdir`` filled while the command wrote."""
+
+
+def needed_bytes(args) -> int:
+    """About the bytes the run writes, from the tokens of its input files: per
+    binarized text file 2 per token and EOS (fairseq's uint16 below 65,500
+    dictionary entries), per tree file 1; the index of either 12 per sentence.
+    The dictionaries are left out."""
+    total = 0
+    for _, prefix in split_prefixes(args):
+        for side, path in enumerate(text_paths(args, prefix)):
+            spaces = lines = 0
+            with contextlib.suppress(FileNotFoundError), open(path, "rb") as f:
+                for chunk in iter(functools.partial(f.read, 1 << 20), b""):
+                    spaces, lines = spaces + chunk.count(b" "), lines + chunk.count(b"\n")
+            tokens = spaces + 2 * lines  # the words of each line and its EOS
+            index = 12 * lines + 26  # the sizes, offsets and header
+            if not args.trees_only:
+                total += 2 * tokens + index  # fairseq's binarized text
+            if side == 0:
+                total += tokens + index  # the trees
+    return total
+
+
+def file_written(error_traceback) -> Optional[str]:
+    """The name of a file open for writing in the innermost frame of
+    ``error_traceback`` that holds one, as a variable or an attribute of one
+    (a write error names no file)."""
+    for frame, _ in reversed(list(traceback.walk_tb(error_traceback))):
+        for value in frame.f_locals.values():
+            for candidate in (value, *getattr(value, "__dict__", {}).values()):
+                if isinstance(candidate, io.IOBase) and set(getattr(candidate, "mode", "")) & set("wa+"):
+                    return candidate.name
+    return None
+
+
+@contextlib.contextmanager
+def full_disk_reported(args, staging: str):
+    """A full disk in the block (``ENOSPC``) as :class:`DiskFull` naming the
+    file being written (``staging`` is where it goes first) and the space needed."""
+    try:
+        yield
+    except OSError as error:
+        if error.errno != errno.ENOSPC:
+            raise
+        path = error.filename or file_written(error.__traceback__) or staging
+        written = sum(map(os.path.getsize, glob.glob(os.path.join(staging, "*"))))
+        free = shutil.disk_usage(staging).free + written
+        raise DiskFull(f"{path}: no space left on the device while writing it. This run needs "
+                       f"about {needed_bytes(args):,} bytes in {args.destdir}, which has {free:,} "
+                       f"bytes free: free space or pass another --destdir, and rerun (nothing of "
+                       f"this run was kept)") from None
+
+
+def record_checksums(args, staging: str) -> None:
+    """The manifest of ``--destdir`` (:mod:`.checksums`) in ``staging``: its
+    entries, updated with the files this run wrote; with ``--trees-only``, also
+    the text and dictionaries that it does not record yet (:func:`binarized_text`)."""
+    sums = checksums.read_manifest(args.destdir)
+    sums.update((name, checksums.sha256(os.path.join(staging, name)))
+                for name in os.listdir(staging) if not name.endswith(".log"))
+    if args.trees_only:
+        sums.update((name, checksums.sha256(os.path.join(args.destdir, name)))
+                    for name in binarized_text(args) if name not in sums)
+    checksums.write_manifest(staging, sums)
+
+
+def binarized_text(args):
+    """The names of the binarized text of every split and of the dictionaries
+    that ``--destdir`` holds."""
+    names = [os.path.basename(preprocess.dataset_dest_file(args, split, lang, ext))
+             for split, _ in split_prefixes(args) for lang in (args.source_lang, args.target_lang)
+             for ext in ("bin", "idx")]
+    names += [os.path.basename(dictionary_path(args, lang)) for lang in (args.source_lang, args.target_lang)]
+    return [name for name in names if os.path.exists(os.path.join(args.destdir, name))]
+
+
 def main(args):
+    """Write the binarized text (unless ``--trees-only``), the trees and the
+    checksums of every split into a staging folder, and move them into
+    ``--destdir`` when all are written and checked."""
     refuse_unequal_sides(args)
-    with destination_lock(args.destdir):
-        if not args.trees_only:
+    with destination_lock(args.destdir), staged(args.destdir) as staging, \
+            full_disk_reported(args, staging):
+        text_dir = args.destdir
+        if args.trees_only:  # the text is read from --destdir: checked where it has checksums
+            checksums.verify(args.destdir, binarized_text(args), warn_unverified=False)
+        else:
             texts = [path for _, prefix in split_prefixes(args)
                      for path in text_paths(args, prefix) if os.path.exists(path)]
             refuse_existing_dictionaries(args)
-            # fairseq writes into a staging folder whose files move into --destdir when it is done
-            with binarizing_as_unknown(texts), staged(args.destdir) as staging:
+            with binarizing_as_unknown(texts):
                 preprocess.main(argparse.Namespace(**{**vars(args), "destdir": staging}))
+            text_dir = staging
         for split, prefix in split_prefixes(args):
-            write_trees(args, split, prefix)
+            write_trees(args, split, prefix, text_dir, staging)
+        record_checksums(args, staging)
 
 
 def cli_main(argv=None):
     parser = options.get_preprocessing_parser()
     add_tree_args(parser)
-    main(parser.parse_args(argv))
+    try:
+        main(parser.parse_args(argv))
+    except DiskFull as error:
+        sys.exit(f"fairseq-posattn-preprocess: error: {error}")
 
 
 if __name__ == "__main__":

@@ -193,9 +193,9 @@ def block_values(dataset, start: int, end: int) -> np.ndarray:
     return data[np.repeat(firsts - (np.cumsum(sizes) - sizes), sizes) + np.arange(sizes.sum())]
 
 
-def refuse_unaligned(split: str, source, trees, words: WordStarts) -> None:
+def refuse_unaligned(split: str, source, trees, words: WordStarts, prefix: str) -> None:
     """StructureError unless the tree file ``trees`` has a tree for every
-    sentence of the binarized source ``source`` of ``split``, over as many
+    sentence of the binarized source ``source`` (``prefix``) of ``split``, over as many
     pieces, grouping them into the words that ``words`` reads from their
     markers.  Checked block by block: memory does not grow with the corpus."""
     if len(trees) != len(source):
@@ -211,7 +211,8 @@ def refuse_unaligned(split: str, source, trees, words: WordStarts) -> None:
             f"the trees do not belong to this text, rerun fairseq-posattn-preprocess",
             first=start)
         words.refuse_misaligned(block_values(source, start, end), block_values(trees, start, end),
-                                pieces, lambda i: f"split '{split}', sentence {i}", first=start)
+                                pieces, lambda i: f"{prefix}.bin, sentence {i} (split '{split}')",
+                                first=start)
 
 
 def load_trees(data_path, split, src, tgt, impl, combine, upsample_primary, words: WordStarts):
@@ -238,7 +239,7 @@ def load_trees(data_path, split, src, tgt, impl, combine, upsample_primary, word
                 f"the trees that fairseq-posattn-preprocess writes beside the binarized source"
             )
         refuse_unaligned(shard, data_utils.load_indexed_dataset(prefix, words.dictionary, impl),
-                         dataset, words)
+                         dataset, words, prefix)
         parts.append(dataset)
         if not combine:
             break

@@ -2,8 +2,9 @@
 
 Training and ``fairseq-generate`` read the tree files that
 ``fairseq-posattn-preprocess`` wrote beside the binarized source, checked
-against it when a split is loaded; ``fairseq-interactive``, whose batches hold
-only subword pieces, parses the words of each line with ``--parser``
+against it, and the split's files against the checksums of the data-bin,
+when a split is loaded; ``fairseq-interactive``, whose batches hold only
+subword pieces, parses the words of each line with ``--parser``
 (:meth:`TranslationStructTask.inference_step`).  Either way the encoder
 receives ``src_depths`` and ``src_structural_positions`` in ``net_input``.
 """
@@ -11,6 +12,7 @@ receives ``src_depths`` and ``src_structural_positions`` in ``net_input``.
 import functools
 import inspect
 import logging
+import os
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -19,6 +21,7 @@ from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
+from ..data import checksums
 from ..data.alignment import WordStarts
 from ..data.parsers import PARSER_HELP, PARSERS, build_parser
 from ..data.tree_dataset import TreeLanguagePairDataset
@@ -70,13 +73,22 @@ class TranslationStructTask(RemembersInputOptions, TranslationTask):
             )
         return model
 
+    @classmethod
+    def load_dictionary(cls, filename):
+        """The dictionary ``filename``, checked first against the checksums of
+        its folder where it has them (:mod:`~fairseq_posattn.data.checksums`)."""
+        checksums.verify(os.path.dirname(filename), [os.path.basename(filename)],
+                         warn_unverified=False)
+        return super().load_dictionary(filename)
+
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
-        super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
-        pairs = self.datasets[split]
         paths = utils.split_paths(self.cfg.data)
         if split != self.cfg.train_subset:
             paths = paths[:1]
         data_path = paths[(epoch - 1) % len(paths)]
+        checksums.verify_split(data_path, split, self.cfg.source_lang, self.cfg.target_lang, combine)
+        super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
+        pairs = self.datasets[split]
         trees = load_trees(
             data_path, split, self.cfg.source_lang, self.cfg.target_lang,
             self.cfg.dataset_impl, combine, self.cfg.upsample_primary,
