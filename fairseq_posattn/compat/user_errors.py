@@ -15,6 +15,8 @@ keeps its traceback, and ``FAIRSEQ_POSATTN_TRACEBACK=1`` keeps every one's.
 import multiprocessing
 import sys
 
+from torch.multiprocessing import ProcessExitedException
+
 from ..errors import is_user_error, report, reported, traceback_wanted
 from .patching import wrap_once
 
@@ -25,8 +27,7 @@ _fairseq_distributed_main = None
 
 def reported_in_a_child(error: BaseException) -> bool:
     """True for torch's exception about a spawned process that reported a user error."""
-    return type(error).__name__ == "ProcessExitedException" and \
-        getattr(error, "exit_code", None) == REPORTED_EXIT_STATUS
+    return isinstance(error, ProcessExitedException) and error.exit_code == REPORTED_EXIT_STATUS
 
 
 def _reporting(excepthook):
