@@ -47,6 +47,9 @@ setup(
         "matplotlib",
         "sacremoses",
         "scikit-learn",
+        # fairseq's --tensorboard-logdir writer; without it every fairseq import logs
+        # "Please install tensorboardX" (fairseq.tasks.text_to_speech)
+        "tensorboardX",
     ],
     extras_require={
         "test": ["pytest", "hypothesis", "pytest-xdist"],

@@ -32,9 +32,10 @@ from omegaconf.errors import ValidationError
 KINDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
 
 
-def nearest(name: str, known: Iterable[str]) -> Optional[str]:
-    """The known name closest to ``name`` (a typo's intended name), if any is close."""
-    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+def nearest(name: str, known: Iterable[str], cutoff: float = 0.6) -> Optional[str]:
+    """The known name closest to ``name`` (a typo's intended name), if any is
+    as close as ``cutoff`` (difflib's similarity ratio)."""
+    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=cutoff)
     return close[0] if close else None
 
 

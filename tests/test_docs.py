@@ -944,6 +944,22 @@ def test_setup_lists_every_repair():
     assert not offences, report(offences)
 
 
+def test_readme_workflows_give_an_absolute_user_dir_and_parse_every_split_they_binarize():
+    """A relative --user-dir works only from the checkout root; fairseq-generate
+    decodes the test split, which translation_struct reads only with its trees."""
+    segments = [segment for span in spans((REPO / "README.md").read_text()) if span.kind == "block"
+                for segment in shell_segments(split_comment(span.text)[0])]
+    user_dirs = [segment[k + 1] for segment in segments for k, token in enumerate(segment[:-1])
+                 if token == "--user-dir"]
+    user_dirs += [token.split("=", 1)[1] for segment in segments for token in segment
+                  if token.startswith("common.user_dir=")]
+    assert user_dirs and all(d.startswith(("/", "$")) for d in user_dirs), user_dirs
+    (loop,) = [segment for segment in segments if segment[:3] == ["for", "split", "in"]]
+    (binarize,) = [segment for segment in segments if segment[0] == "fairseq-posattn-preprocess"]
+    binarized = {flag[2:-len("pref")] for flag in binarize if flag.endswith("pref")}
+    assert set(loop[3:]) == binarized == {"train", "valid", "test"}
+
+
 # ---- each check can fail -------------------------------------------------------------
 
 FENCE3 = "```"

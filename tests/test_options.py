@@ -457,7 +457,7 @@ def test_fairseq_hydra_train_refuses_a_misspelled_option(dictionaries, tmp_path)
                    "task.source_lang=en", "task.target_lang=de", "+model.relative_positon=true",
                    check=False, cwd=tmp_path)
     assert proc.returncode != 0
-    assert ("ValueError: model.relative_positon: transformer_posattn has no such option; "
+    assert ("fairseq-hydra-train: error: model.relative_positon: transformer_posattn has no such option; "
             "did you mean model.relative_positions?") in proc.stderr
 
 

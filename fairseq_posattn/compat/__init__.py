@@ -8,7 +8,7 @@ plugin repairs) lists them.
 
 from . import (bf16, checkpoint_integrity, clean_exit, hub_skipped_inputs, hydra, input_options,
                interactive_lines, last_batch, option_names, reserved_symbols, safe_loading,
-               user_dir)
+               user_dir, user_errors)
 from . import atomic_copies, distributed_launch
 
 
@@ -28,3 +28,4 @@ def install() -> None:
     hydra.install()
     input_options.install()
     clean_exit.install()
+    user_errors.install()

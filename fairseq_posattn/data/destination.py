@@ -23,6 +23,7 @@ import sys
 import time
 
 from .checksums import MANIFEST
+from ..errors import UserError
 from .tree_files import PARTIAL
 
 logger = logging.getLogger("fairseq_posattn.preprocess")
@@ -45,7 +46,7 @@ def _drop_in_child() -> None:
 os.register_at_fork(after_in_child=_drop_in_child)
 
 
-class DestinationLocked(RuntimeError):
+class DestinationLocked(UserError, RuntimeError):
     """Another run writes into the same ``--destdir``."""
 
 

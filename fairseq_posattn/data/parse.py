@@ -33,10 +33,9 @@ from tqdm import tqdm
 from fairseq_posattn.structure import (DependencyTree, StructureError, check_tree,
                                        read_conllu, write_conllu)
 
-from ..errors import at_least_one, quoted
+from ..errors import UserError, at_least_one, quoted, quoted_pair, reported
 from ..files import atomic_output
-from .parsers import (BACKENDS, ExistingParse, Parser, ParserSetupError, add_parser_args,
-                      build_parser)
+from .parsers import BACKENDS, ExistingParse, Parser, add_parser_args, build_parser
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +52,7 @@ _CLEANING_HINT = ("remove empty lines (and the same lines of the other side of a
                   "&& $2~/[^ ]/'`, before parsing")
 
 
-class ParseInputError(ValueError):
+class ParseInputError(UserError, ValueError):
     """Bad input or inconsistent chunks; the message names file and line."""
 
 
@@ -204,8 +203,8 @@ def parse_lines(parser: Parser, lines: Sequence[str], first_line: int, source: s
                 if stats["forms_changed"] == 0:
                     diff = next(k for k, (a, b) in enumerate(zip(tree.words, tokens)) if a != b)
                     logger.warning("%s: the parser changed token %d %s to %s; the input's "
-                                   "forms are kept", where, diff + 1, quoted(tokens[diff]),
-                                   quoted(tree.words[diff]))
+                                   "forms are kept", where, diff + 1,
+                                   *quoted_pair(tokens[diff], tree.words[diff]))
                 stats["forms_changed"] += 1
                 tree.words = list(tokens)
             check_tree(tree.heads, where=where, words=tree.words)
@@ -550,10 +549,8 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> None:
     else:  # called from Python: leave the caller's handlers alone
         logging.getLogger("fairseq_posattn").setLevel(getattr(logging, args.log_level))
     try:
-        parse_file(args)
-    except (ParseInputError, ParserSetupError, StructureError) as exc:
-        sys.stderr.write("fairseq-posattn-parse: error: %s\n" % exc)
-        sys.exit(1)
+        with reported("fairseq-posattn-parse"):
+            parse_file(args)
     except KeyboardInterrupt:
         sys.stderr.write("fairseq-posattn-parse: interrupted; finished chunks are kept in %s, "
                          "rerun the same command to resume\n" % parts_dir_for(args.output))

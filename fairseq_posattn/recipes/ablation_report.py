@@ -23,12 +23,13 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from sacrebleu.metrics import BLEU
 
+from ..errors import UserError
 from ..files import atomic_output
 from ..metrics import format_mean_std, mean_std
 from .corpus import read_lines
 
 
-class ReportError(ValueError):
+class ReportError(UserError, ValueError):
     pass
 
 

@@ -19,14 +19,14 @@ from typing import List, Optional, Sequence, Tuple
 import torch
 
 from ..compat.checkpoint_integrity import verify_checkpoint
-from ..errors import DamagedCheckpointError
+from ..errors import DamagedCheckpointError, UserError
 from ..files import atomic_output
 
 _UPDATE_CHECKPOINT = re.compile(r"^checkpoint_(\d+)_(\d+)\.pt$")
 _EPOCH_CHECKPOINT = re.compile(r"^checkpoint(\d+)\.pt$")
 
 
-class AverageError(ValueError):
+class AverageError(UserError, ValueError):
     pass
 
 

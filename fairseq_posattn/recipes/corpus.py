@@ -15,12 +15,13 @@ import sys
 from multiprocessing import Pool
 from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
+from ..errors import UserError
 from ..files import atomic_output
 
 CHUNK_LINES = 2000
 
 
-class CorpusError(ValueError):
+class CorpusError(UserError, ValueError):
     """Bad input; the message names the file and what to do."""
 
 

@@ -15,13 +15,14 @@ from typing import Dict, List, Optional, Sequence
 
 from sacrebleu.metrics import BLEU
 
+from ..errors import UserError
 from ..files import atomic_output
 from .corpus import detokenize, read_lines
 
 _COMPOUND = re.compile(r"(\S)-(\S)")
 
 
-class ScoringError(ValueError):
+class ScoringError(UserError, ValueError):
     pass
 
 

@@ -17,7 +17,7 @@ from typing import IO, Dict, Iterable, Iterator, List, NamedTuple, Optional, Tup
 import numpy as np
 from conllu.models import TokenList
 
-from ..errors import fail, location, quoted
+from ..errors import fail, location, quoted, quoted_pair
 from .tree import DependencyTree, _as_heads, analyse_heads, check_tree, collapse_multiword_tokens
 
 PathOrFile = Union[str, "os.PathLike[str]", IO[str]]
@@ -321,8 +321,9 @@ def _compare(words: List[str], tokens: List[str], number: int, error) -> None:
         return
     pos = next((i for i, (w, t) in enumerate(zip(words, tokens)) if w != t),
                min(len(words), len(tokens)))
-    tree_tok = quoted(words[pos]) if pos < len(words) else "(end)"
-    text_tok = quoted(tokens[pos]) if pos < len(tokens) else "(end)"
+    tree_tok, text_tok = (quoted_pair(words[pos], tokens[pos]) if pos < min(len(words), len(tokens))
+                          else (quoted(side[pos]) if pos < len(side) else "(end)"
+                                for side in (words, tokens)))
     if len(words) != len(tokens):
         what = ("the tree has %d surface tokens but line %d of the text has %d"
                 % (len(words), number, len(tokens)))

@@ -17,13 +17,15 @@ import os
 from enum import Enum
 from typing import Any, Dict, Mapping, Optional, Set
 
+from ..errors import UserError
+
 logger = logging.getLogger(__name__)
 
 RECORD = "input_options"  # the key of the resolved values in a checkpoint's task state
 _DEFAULT = "input_option_default"  # the field metadata that marks an input option
 
 
-class ContradictsCheckpoint(ValueError):
+class ContradictsCheckpoint(UserError, ValueError):
     """A task option given with another value than the checkpoint was trained with."""
 
 
