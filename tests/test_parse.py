@@ -720,6 +720,21 @@ def test_conllu_check_with_workers_equals_one_job(gold50, tmp_path):
     assert out.read_text(encoding="utf-8") == normalised(lines, trees)
 
 
+@pytest.mark.parametrize("separator", ["\t\u00a0", " \u3000\t"])
+def test_conllu_check_reads_a_whitespace_line_alike_whatever_the_chunk_size(tmp_path, separator):
+    """A line of tabs and Unicode spaces between two sentences is a blank line
+    (it ends the sentence), as reading the whole file decides it."""
+    lines, trees = random_parse(5)
+    inp = write_lines(tmp_path / "in.txt", lines)
+    gold = tmp_path / "gold.conllu"
+    gold.write_text(normalised(lines, trees).replace("\n\n", "\n%s\n" % separator, 2),
+                    encoding="utf-8")
+    for size in (1, 2, 1000):
+        out = tmp_path / ("%d.conllu" % size)
+        check_conllu(inp, gold, out, "--chunk-size", size)
+        assert out.read_text(encoding="utf-8") == normalised(lines, trees)
+
+
 def test_conllu_check_token_changed_in_one_shard(gold50, tmp_path, capsys):
     inp, gold, lines, trees = gold50
     trees[30].words[1] = "changed"  # sentence 31: chunk 4, shard 1 of 3
