@@ -156,6 +156,14 @@ def test_missing_and_extra_trees_are_named(corpus, tmp_path, small_parts, change
     assert not [name for name in os.listdir(copy / "bin") if name.startswith(TREES)]
 
 
+def test_a_whitespace_line_between_two_sentences_ends_the_first(corpus, tmp_path, small_parts):
+    """A line of a tab and U+00A0 as the only line between sentences 3 and 4
+    is a blank line, in every part (it made the index of parts one short)."""
+    copy = wrong_copy(corpus, tmp_path, lambda b: b[:2] + [b[2] + ["\t\u00a0"] + b[3]] + b[4:])
+    assert write_trees(copy) == write_trees(corpus) == 200
+    assert tree_bytes(copy) == tree_bytes(corpus)
+
+
 def test_a_text_segmented_anew_after_binarizing_is_refused(corpus, tmp_path):
     """--trees-only over a binarized text whose file now has two lines of as
     many pieces (but other words) in each other's place, each with its own

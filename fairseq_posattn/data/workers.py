@@ -116,8 +116,8 @@ class _Worker:
         self.process.join(STOP_SECONDS)
         code = self.process.exitcode
         if code is not None and code < 0:
-            return "was killed by %s" % signal.Signals(-code).name
-        return "exited with code %s" % code
+            return "was killed by %s (out of memory?)" % signal.Signals(-code).name
+        return "exited with code %s (its error is above)" % code
 
 
 class _Pool:
@@ -192,9 +192,9 @@ class _Pool:
                 return reply
         except (EOFError, OSError):
             pass
-        raise WorkerDied("a worker process %s while it worked on %s (out of memory?); rerun "
-                         "the command, with fewer --workers if memory is short"
-                         % (worker.how_it_ended(), name(worker.item)))
+        raise WorkerDied("a worker process %s while it worked on %s; rerun the command (with "
+                         "fewer --workers if memory is short)" % (worker.how_it_ended(),
+                                                                 name(worker.item)))
 
     def stop(self, now: bool) -> None:
         """End the workers within 2 * :data:`STOP_SECONDS`: idle ones when told
