@@ -47,7 +47,8 @@ def test_a_worker_that_dies_is_named_and_the_others_stopped_at_once(forkserver):
     the worker and waited for the lost part for ever); a part that fails ends
     it without waiting for the part another worker is busy with."""
     started = time.monotonic()
-    with pytest.raises(WorkerDied, match="was killed by SIGKILL while it worked on .*SIGKILL"):
+    with pytest.raises(WorkerDied, match=r"was killed by SIGKILL \(out of memory\?\) while it "
+                       r"worked on <Signals.SIGKILL: 9>; rerun the command"):
         with parts_map(2, 3) as each:
             list(each(signal.raise_signal, [signal.SIGCONT, signal.SIGKILL, signal.SIGCONT]))
     with pytest.raises(ValueError, match="item 0.1 failed"):

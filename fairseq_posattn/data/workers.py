@@ -3,10 +3,12 @@
 :func:`worker_pool` runs a function over many items in processes started by
 ``forkserver`` or ``spawn``, never by forking the calling process, which may
 run threads (tqdm's monitor, fairseq's data loading) whose locks a fork would
-copy held.  ``forkserver`` forks every worker from one single-threaded server
-process that has imported the plugin once, so a worker starts in milliseconds
-and imports only the module of its function.  Each worker has a pipe of its
-own: no lock is shared, so a worker that dies cannot leave one held.
+copy held.  ``forkserver`` forks every worker from one server process that
+does nothing else and has imported the plugin once, so a worker starts in a
+tenth of a second instead of importing it (seconds).  Each worker has a pipe
+of its own: no lock is shared, so a worker that dies cannot leave one held.
+As with any of these start methods, a script that starts workers guards its
+top level with ``if __name__ == "__main__":``.
 
 Whatever ends the run (an item that fails, a worker that dies, an error of
 the caller, Ctrl-C) the workers are stopped within :data:`STOP_SECONDS`
