@@ -52,7 +52,7 @@ setup(
         "tensorboardX",
     ],
     extras_require={
-        "test": ["pytest", "hypothesis", "pytest-xdist"],
+        "test": ["pytest", "hypothesis", "pytest-xdist", "pytest-timeout"],
         # offline dependency parsers for fairseq-posattn-parse (stanza is a core
         # dependency); their models: requirements/parser-models.txt
         "parsers": ["spacy>=3.8,<3.9", "ufal.udpipe>=1.3,<2"],

@@ -53,6 +53,16 @@ def pytest_configure(config):
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
 
 
+@pytest.fixture(scope="session")
+def forkserver():
+    """The forkserver of the plugin's worker pools started (it imports the
+    plugin, once per process), so that what a test times is the pool alone."""
+    from fairseq_posattn.data.workers import worker_pool
+
+    with worker_pool(1):
+        pass
+
+
 # module- or session-scoped fixtures that train a model with fairseq-train
 TRAINING_FIXTURES = {"struct_checkpoint", "struct_run", "hybrid_checkpoint",
                      "trained_checkpoints", "odd_checkpoint"}

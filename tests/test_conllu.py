@@ -265,7 +265,7 @@ def test_a_byte_that_is_not_utf8_is_reported_on_its_line(tmp_path, case, every):
 
 # ---------------------------------------------------------------- reading in parts
 
-BLANK = ["", " ", " \t ", "\u00a0", "\u3000"]  # every one ends a sentence
+BLANK = ["", " ", " \t ", "\u00a0", "\u3000", "\t\u00a0", "\x1c\t"]  # every one ends a sentence
 
 
 @st.composite

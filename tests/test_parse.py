@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 import tracemalloc
 from pathlib import Path
@@ -23,6 +24,7 @@ from fairseq_posattn.data import parse as parse_mod
 from fairseq_posattn.data.parse import cli_main, scan_input, ParseInputError
 from fairseq_posattn.data.parsers import (ParserSetupError, build_parser,
                                           collapse_multiword_tokens, resolve_udpipe_model)
+from fairseq_posattn.data.workers import STOP_SECONDS
 from fairseq_posattn.structure import DependencyTree, read_conllu, write_conllu
 from fairseq_posattn.structure.control_trees import random_projective_heads
 
@@ -397,20 +399,31 @@ def test_output_format(corpus):
     for i, (line, tree) in enumerate(zip(lines, trees), 1):
         assert tree.sent_id == str(i) and tree.text == line
         assert tree.words == line.split() and roots(tree) == 1
-    assert sorted(os.listdir(str(inp.parent / "ref.conllu.parts"))) == \
-        ["chunk-%06d.conllu" % c for c in range(10)] + ["meta.json"]
+    assert not [name for name in os.listdir(inp.parent) if ".parts" in name]  # merged, removed
     # the same trees as parsing in one chunk with one batch
     tmp = inp.parent / "one"
     tmp.mkdir()
     assert run_spacy(inp, tmp / "one.conllu", "--chunk-size", 1000, "--batch-size", 1000) == ref
 
 
-def test_resume_after_damage(corpus, tmp_path, caplog):
+def killed_before_merging(monkeypatch, run):
+    """``run()`` stopped as by Ctrl-C once it has written every chunk, before
+    merging them: they stay in ``OUTPUT.parts``."""
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patched, pytest.raises(SystemExit) as ex:
+        patched.setattr(parse_mod, "merge_chunks", interrupted)
+        run()
+    assert ex.value.code == 130
+
+
+def test_resume_after_damage(corpus, tmp_path, caplog, monkeypatch):
     inp, lines, ref = corpus
     out = tmp_path / "out.conllu"
-    assert run_spacy(inp, out, "--chunk-size", 5) == ref
+    killed_before_merging(monkeypatch, lambda: run_spacy(inp, out, "--chunk-size", 5))
     parts = Path(str(out) + ".parts")
-    os.unlink(out)
+    assert not out.exists()
     os.unlink(parts / "chunk-000003.conllu")  # never finished
     text = (parts / "chunk-000004.conllu").read_text(encoding="utf-8")
     (parts / "chunk-000004.conllu").write_text(text[: len(text) // 2], encoding="utf-8")  # truncated
@@ -424,7 +437,9 @@ def test_resume_after_damage(corpus, tmp_path, caplog):
     warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert any("chunk-000004.conllu" in m and "redoing" in m for m in warned)
     assert any("chunk-000006.conllu" in m and "redoing" in m for m in warned)
-    # a rerun of a finished job redoes nothing
+    assert not parts.exists()
+    # a run killed while it merged: the rerun only merges
+    killed_before_merging(monkeypatch, lambda: run_spacy(inp, out, "--chunk-size", 5))
     caplog.clear()
     assert run_spacy(inp, out, "--chunk-size", 5) == ref
     assert any("already parsed" in r.getMessage() for r in caplog.records)
@@ -501,6 +516,55 @@ def test_killed_run_resumes_to_the_same_output(big_corpus, tmp_path, workers):
     assert [tree.sent_id for tree in trees] == [str(i) for i in range(1, len(lines) + 1)]
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("start_method", ["spawn", "forkserver"])
+def test_ctrl_c_stops_the_workers_at_once(big_corpus, tmp_path, start_method):
+    """Ctrl-C (SIGINT to the command's process group, as a terminal sends it)
+    while two workers parse: the command says how to resume and exits 130
+    within the workers' stop bound; no worker prints a traceback or outlives
+    it (resuming: test_killed_run_resumes_to_the_same_output)."""
+    inp, lines, ref = big_corpus
+    out = tmp_path / "out.conllu"
+    parts = Path(str(out) + ".parts")
+    command = [cli("fairseq-posattn-parse"), "--input", str(inp), "--output", str(out),
+               "--parser", "spacy", "--parser-model", SPACY_MODEL, "--chunk-size", "10",
+               "--batch-size", "4", "--workers", "2", "--start-method", start_method,
+               "--no-progress-bar"]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env=subprocess_env(), start_new_session=True)
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline and proc.poll() is None and not (
+                parts.is_dir() and sum(n.startswith("chunk-") for n in os.listdir(parts)) >= 2):
+            time.sleep(0.01)
+        os.killpg(proc.pid, signal.SIGINT)
+        interrupted = time.monotonic()
+        err = proc.communicate(timeout=120)[1]
+        stopped = time.monotonic() - interrupted
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert stopped < 2 * STOP_SECONDS and "Traceback" not in err, err
+    assert "interrupted; finished chunks are kept in %s" % parts in err
+    for _ in range(100):  # the forkserver ends when it sees its parent gone
+        left = subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True).stdout
+        if not left:
+            break
+        time.sleep(0.05)
+    assert not left
+    assert not out.exists() and 2 <= sum(n.startswith("chunk-") for n in os.listdir(parts)) < 100
+
+
+def test_start_method_fork_is_refused_by_name(tmp_path, capsys):
+    with pytest.raises(SystemExit) as ex:
+        cli_main(["--input", "in.txt", "--output", "out.conllu", "--start-method", "fork"])
+    assert ex.value.code == 2
+    err = capsys.readouterr().err
+    assert "--start-method: 'fork' is not one of forkserver, spawn; fork is not offered" in err
+
+
 def test_shards_then_merge_equal_a_single_run(corpus, tmp_path, capsys):
     inp, lines, ref = corpus
     out = tmp_path / "out.conllu"
@@ -516,17 +580,16 @@ def test_shards_then_merge_equal_a_single_run(corpus, tmp_path, capsys):
         run_spacy_shard("--merge-only")
     err = capsys.readouterr().err
     assert "5 of 10 chunks are missing" in err and "1, 3, 5, 7, 9" in err
-    run_spacy_shard("--shard", "1/2")  # the last shard merges
+    run_spacy_shard("--shard", "1/2")  # the last shard merges, and removes the chunks
     assert out.read_text(encoding="utf-8") == ref
-    os.unlink(out)
-    run_spacy_shard("--merge-only")
-    assert out.read_text(encoding="utf-8") == ref
+    assert not parts.exists()
 
 
-def test_merge_rejects_a_doubled_or_missing_sentence(corpus, tmp_path, capsys):
+def test_merge_rejects_a_doubled_or_missing_sentence(corpus, tmp_path, capsys, monkeypatch):
     inp, lines, ref = corpus
     out = tmp_path / "out.conllu"
     assert run_spacy(inp, out, "--chunk-size", 5) == ref
+    killed_before_merging(monkeypatch, lambda: run_spacy(inp, out, "--chunk-size", 5))
     chunk = Path(str(out) + ".parts") / "chunk-000002.conllu"
     good = chunk.read_text(encoding="utf-8")
     first = good.split("\n\n")[0] + "\n\n"
@@ -540,10 +603,10 @@ def test_merge_rejects_a_doubled_or_missing_sentence(corpus, tmp_path, capsys):
     assert out.read_text(encoding="utf-8") == ref  # the old output is untouched
 
 
-def test_other_chunk_size_or_parser_is_not_mixed_in(corpus, tmp_path, capsys):
+def test_other_chunk_size_or_parser_is_not_mixed_in(corpus, tmp_path, capsys, monkeypatch):
     inp, lines, ref = corpus
     out = tmp_path / "out.conllu"
-    run_spacy(inp, out, "--chunk-size", 5)
+    killed_before_merging(monkeypatch, lambda: run_spacy(inp, out, "--chunk-size", 5))
     with pytest.raises(SystemExit):
         run_spacy(inp, out, "--chunk-size", 7)
     err = capsys.readouterr().err
@@ -725,14 +788,38 @@ def test_conllu_check_shards_then_merge_equal_one_job(gold50, tmp_path):
     assert not out.exists()
     assert sorted(n for n in os.listdir(str(parts)) if n.startswith("chunk")) == \
         ["chunk-%06d.conllu" % c for c in (0, 2, 3, 5, 6)]
-    check_conllu(inp, gold, out, "--shard", "1/3")  # the last shard merges
-    assert out.read_text(encoding="utf-8") == ref
     meta = json.loads((parts / "meta.json").read_text())["parser"]
     assert meta["backend"] == "conllu" and meta["conllu_bytes"] == gold.stat().st_size
     assert len(meta["conllu_sha256"]) == 64
-    os.unlink(out)
-    check_conllu(inp, gold, out, "--merge-only")
+    check_conllu(inp, gold, out, "--shard", "1/3")  # the last shard merges
     assert out.read_text(encoding="utf-8") == ref
+    assert not parts.exists()
+
+
+def test_runs_that_merge_at_once_merge_once_and_remove_the_chunks(gold50, tmp_path, monkeypatch):
+    """Shards that finish together: one run merges and removes the chunks,
+    the other waits for it and finds them merged; both succeed."""
+    inp, gold, lines, trees = gold50
+    out = tmp_path / "out.conllu"
+    for _ in range(3):
+        killed_before_merging(monkeypatch, lambda: check_conllu(inp, gold, out))
+        start, errors = threading.Barrier(2), []
+
+        def merge():
+            start.wait()
+            try:
+                check_conllu(inp, gold, out, "--merge-only")
+            except BaseException as error:  # noqa: BLE001 - reported below
+                errors.append(error)
+
+        runs = [threading.Thread(target=merge) for _ in range(2)]
+        for run in runs:
+            run.start()
+        for run in runs:
+            run.join()
+        assert not errors
+        assert out.read_text(encoding="utf-8") == normalised(lines, trees)
+        assert not [name for name in os.listdir(tmp_path) if ".parts" in name]
 
 
 @pytest.mark.slow
@@ -746,6 +833,21 @@ def test_conllu_check_with_workers_equals_one_job(gold50, tmp_path):
         timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert out.read_text(encoding="utf-8") == normalised(lines, trees)
+
+
+@pytest.mark.parametrize("separator", ["\t\u00a0", " \u3000\t"])
+def test_conllu_check_reads_a_whitespace_line_alike_whatever_the_chunk_size(tmp_path, separator):
+    """A line of tabs and Unicode spaces between two sentences is a blank line
+    (it ends the sentence), as reading the whole file decides it."""
+    lines, trees = random_parse(5)
+    inp = write_lines(tmp_path / "in.txt", lines)
+    gold = tmp_path / "gold.conllu"
+    gold.write_text(normalised(lines, trees).replace("\n\n", "\n%s\n" % separator, 2),
+                    encoding="utf-8")
+    for size in (1, 2, 1000):
+        out = tmp_path / ("%d.conllu" % size)
+        check_conllu(inp, gold, out, "--chunk-size", size)
+        assert out.read_text(encoding="utf-8") == normalised(lines, trees)
 
 
 def test_conllu_check_token_changed_in_one_shard(gold50, tmp_path, capsys):
@@ -762,6 +864,17 @@ def test_conllu_check_token_changed_in_one_shard(gold50, tmp_path, capsys):
     assert not os.path.exists(str(out) + ".parts/chunk-000004.conllu")
     err = check_fails(inp, gold, out, capsys, "--merge-only")
     assert "chunks are missing" in err and not out.exists()
+
+
+def test_conllu_check_in_workers_fails_with_the_message_of_one_process(gold50, tmp_path, capsys):
+    inp, gold, lines, trees = gold50
+    trees[30].words[1] = "changed"  # sentence 31: chunk 4
+    write_conllu(trees, str(gold))
+    out = tmp_path / "out.conllu"
+    one = check_fails(inp, gold, out, capsys)
+    assert check_fails(inp, gold, out, capsys, "--workers", 2, "--start-method", "forkserver") == one
+    assert "%s, sentence 31, line %d: " % (gold, first_token_line(gold, 31)) in one
+    assert not out.exists()
 
 
 @pytest.mark.parametrize("shard, sentence", [("0/3", 22), ("1/3", 29), ("2/3", 20)])
@@ -799,13 +912,12 @@ def test_conllu_check_parse_shorter_than_the_text(gold50, tmp_path, capsys, shar
     assert not out.exists()
 
 
-def test_conllu_check_resumes_to_the_same_bytes(gold50, tmp_path, caplog):
+def test_conllu_check_resumes_to_the_same_bytes(gold50, tmp_path, caplog, monkeypatch):
     inp, gold, lines, trees = gold50
     out = tmp_path / "out.conllu"
-    check_conllu(inp, gold, out)
-    ref = out.read_text(encoding="utf-8")
+    ref = normalised(lines, trees)
+    killed_before_merging(monkeypatch, lambda: check_conllu(inp, gold, out))
     parts = Path(str(out) + ".parts")
-    os.unlink(out)
     os.unlink(parts / "chunk-000003.conllu")  # never finished
     text = (parts / "chunk-000005.conllu").read_text(encoding="utf-8")
     (parts / "chunk-000005.conllu").write_text(text[: len(text) // 2], encoding="utf-8")
@@ -817,10 +929,7 @@ def test_conllu_check_resumes_to_the_same_bytes(gold50, tmp_path, caplog):
     assert not stale.exists()
     assert any("chunk-000005.conllu" in r.getMessage() and "redoing" in r.getMessage()
                for r in caplog.records if r.levelname == "WARNING")
-    caplog.clear()
-    check_conllu(inp, gold, out)
-    assert out.read_text(encoding="utf-8") == ref
-    assert any("already parsed" in r.getMessage() for r in caplog.records)
+    assert not parts.exists()
 
 
 def test_conllu_check_of_another_parse_is_not_mixed_in(gold50, tmp_path, capsys):

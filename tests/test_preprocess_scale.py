@@ -2,8 +2,11 @@
 number of parts and workers, bad input in any part is named, and memory does
 not grow with the corpus (writing the trees, loading them in the task)."""
 
+import multiprocessing
 import os
+import subprocess
 import sys
+import time
 import tracemalloc
 from pathlib import Path
 
@@ -12,6 +15,7 @@ import pytest
 
 from fairseq_posattn.bench.structure import generate_corpus
 from fairseq_posattn.data import preprocess
+from fairseq_posattn.data.workers import STOP_SECONDS
 from fairseq_posattn.structure import StructureError
 
 from conftest import grouped_words, read_trees, run
@@ -117,6 +121,27 @@ def test_a_wrong_word_in_a_later_part_names_file_sentence_and_line(
     assert not [name for name in os.listdir(copy / "bin") if name.startswith(TREES)]
 
 
+@pytest.mark.timeout(300)
+def test_a_part_failing_run_after_run_under_load_never_hangs(corpus, tmp_path, small_parts,
+                                                            forkserver):
+    """30 runs in a row whose 10th part fails while two other processes keep
+    both cores busy: each ends within the workers' stop bound, with the
+    message, and leaves no worker behind."""
+    copy = wrong_copy(corpus, tmp_path, lambda b: b[:149] + [changed_word(b[149])] + b[150:])
+    load = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        for _ in range(30):
+            started = time.monotonic()
+            with pytest.raises(StructureError, match="sentence 150, line .*tree 'changed'"):
+                write_trees(copy, "--workers", 2)
+            assert time.monotonic() - started < 2 * STOP_SECONDS
+            assert not multiprocessing.active_children()
+    finally:
+        for process in load:
+            process.kill()
+            process.wait()
+
+
 @pytest.mark.parametrize("change, needle", [
     (lambda b: b[:99] + b[100:], "sentence 100, line"),  # a tree missing in the middle
     (lambda b: b[:-1], "the file ends after 199 sentences but the text has more lines"),
@@ -129,6 +154,14 @@ def test_missing_and_extra_trees_are_named(corpus, tmp_path, small_parts, change
         write_trees(copy, "--workers", 2)
     assert str(copy / "train.en.conllu") in str(err.value)
     assert not [name for name in os.listdir(copy / "bin") if name.startswith(TREES)]
+
+
+def test_a_whitespace_line_between_two_sentences_ends_the_first(corpus, tmp_path, small_parts):
+    """A line of a tab and U+00A0 as the only line between sentences 3 and 4
+    is a blank line, in every part (it made the index of parts one short)."""
+    copy = wrong_copy(corpus, tmp_path, lambda b: b[:2] + [b[2] + ["\t\u00a0"] + b[3]] + b[4:])
+    assert write_trees(copy) == write_trees(corpus) == 200
+    assert tree_bytes(copy) == tree_bytes(corpus)
 
 
 def test_a_text_segmented_anew_after_binarizing_is_refused(corpus, tmp_path):

@@ -4,8 +4,9 @@ One tree per input line, in the same order, over exactly the line's
 whitespace-separated tokens; ``# sent_id`` is the 1-based line number and
 ``# text`` the line.  The input is cut into chunks of ``--chunk-size`` lines,
 each written atomically under ``<output>.parts``, so a run resumes, parses in
-``--workers`` processes and splits into ``--shard i/N`` jobs; when every chunk
-exists they are checked against their lines and merged into ``<output>``.
+``--workers`` processes (:mod:`.workers`) and splits into ``--shard i/N`` jobs;
+when every chunk exists they are checked against their lines and merged into
+``<output>``, and ``<output>.parts`` is removed.
 ``<output>.parts/meta.json`` records the input, the chunk size and the parser,
 so chunks of another input or parser are never mixed in.  ``--parser conllu
 --conllu FILE`` checks an existing parse against the text instead, in the same
@@ -14,10 +15,10 @@ chunks.  docs/structure.md ("Parsing") is the manual.
 
 import argparse
 import contextlib
+import fcntl
 import hashlib
 import json
 import logging
-import multiprocessing
 import os
 import re
 import shutil
@@ -36,6 +37,7 @@ from fairseq_posattn.structure import (DependencyTree, StructureError, check_tre
 from ..errors import UserError, at_least_one, quoted, quoted_pair, reported
 from ..files import atomic_output
 from .parsers import BACKENDS, ExistingParse, Parser, add_parser_args, build_parser
+from .workers import START_METHODS, worker_pool
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +46,7 @@ __all__ = ["ParseInputError", "InputIndex", "scan_input", "parse_file", "merge_c
 
 CHUNK_RE = re.compile(r"^chunk-(\d{6,})\.conllu$")
 META_NAME = "meta.json"
+MERGE_LOCK = ".merge.lock"
 LOG_FORMAT = "%(asctime)s | %(levelname)s | %(name)s | %(message)s"
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 _CLEANING_HINT = ("remove empty lines (and the same lines of the other side of a parallel "
@@ -79,6 +82,11 @@ class InputIndex:
         """(first line number, 1-based; number of lines) of chunk ``c``."""
         first = c * self.chunk_size
         return first + 1, min(self.chunk_size, self.n_lines - first)
+
+    def lines_of(self, c: int) -> str:
+        """Chunk ``c`` in words: ``"lines 11-15 of in.txt"``."""
+        first, n = self.chunk_lines(c)
+        return "lines %d-%d of %s" % (first, first + n - 1, self.path)
 
     def read_chunk(self, c: int) -> List[str]:
         """The lines of chunk ``c`` (newline removed)."""
@@ -362,6 +370,36 @@ def merge_chunks(index: InputIndex, parts_dir: str, output: str,
     return index.n_lines
 
 
+@contextlib.contextmanager
+def _merging(parts_dir: str):
+    """Hold the merge lock of ``parts_dir`` for the block, so that shards that
+    finish together check, merge and remove the chunks one at a time; yields
+    whether ``parts_dir`` is still there (else another run merged it, and
+    says so)."""
+    try:
+        fd = os.open(os.path.join(parts_dir, MERGE_LOCK), os.O_RDWR | os.O_CREAT, 0o666)
+    except FileNotFoundError:
+        fd = None
+    try:
+        if fd is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # the kernel lets go when fd is closed
+        there = fd is not None and os.fstat(fd).st_nlink > 0
+        if not there:
+            logger.info("another run has merged the chunks of %s and removed them", parts_dir)
+        yield there
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def _remove_parts(parts_dir: str) -> None:
+    """Remove the chunks once merged, renamed out of the way first, so that a
+    run coming to merge them finds them gone as a whole."""
+    doomed = "%s.removed-%d" % (parts_dir, os.getpid())
+    os.rename(parts_dir, doomed)
+    shutil.rmtree(doomed)
+
+
 # ---------------------------------------------------------------------------
 # the command
 # ---------------------------------------------------------------------------
@@ -371,6 +409,15 @@ def _shard(text: str) -> Tuple[int, int]:
     if not m or int(m.group(2)) < 1 or int(m.group(1)) >= int(m.group(2)):
         raise argparse.ArgumentTypeError("must be i/N with 0 <= i < N (0-based), got %r" % text)
     return int(m.group(1)), int(m.group(2))
+
+
+def _start_method(text: str) -> str:
+    if text not in START_METHODS:
+        raise argparse.ArgumentTypeError(
+            "%r is not one of %s%s" % (text, ", ".join(START_METHODS), "; fork is not offered: "
+                                       "forking a process that runs threads can hang it"
+                                       if text == "fork" else ""))
+    return text
 
 
 def parser_options(args) -> Dict[str, object]:
@@ -415,15 +462,14 @@ def _run_chunks(args, index: InputIndex, parts_dir: str, todo: List[int],
             job = ChunkJob(args, index, parts_dir, existing, threads)
             added = [var for var in THREAD_VARIABLES if var not in os.environ]
             os.environ.update({var: str(threads) for var in added})
-            try:  # the workers start here and inherit the variables
-                pool = multiprocessing.get_context(args.start_method).Pool(
-                    workers, initializer=_worker_init,
-                    initargs=(job, logger.getEffectiveLevel()))
-            finally:
-                for var in added:
-                    os.environ.pop(var, None)
-            with pool:
-                for result in pool.imap_unordered(_worker_task, todo):
+            with contextlib.ExitStack() as stack:
+                try:  # the workers start here and inherit the variables
+                    each = stack.enter_context(worker_pool(
+                        workers, _worker_init, (job, logger.getEffectiveLevel()), args.start_method))
+                finally:
+                    for var in added:
+                        os.environ.pop(var, None)
+                for result in each(_worker_task, todo, ordered=False, name=index.lines_of):
                     account(result)
     summary["wall_seconds"] = time.time() - t0
     return summary, chunks
@@ -461,12 +507,16 @@ def parse_file(args) -> None:
 
     if args.merge_only:
         if not os.path.isdir(parts_dir):
-            raise ParseInputError("--merge-only: %s does not exist; run the parse first"
-                                  % parts_dir)
+            raise ParseInputError("--merge-only: %s does not exist; run the parse first (a run "
+                                  "that merges its chunks removes them)" % parts_dir)
         check_or_write_meta(parts_dir, meta, write=False)
-        n = merge_chunks(index, parts_dir, args.output)
-        logger.info("merged %d sentences from %d chunks into %s", n, index.n_chunks,
-                    args.output)
+        with _merging(parts_dir) as there:
+            if there:
+                n = merge_chunks(index, parts_dir, args.output)
+                _remove_parts(parts_dir)
+        if there:
+            logger.info("merged %d sentences from %d chunks into %s", n, index.n_chunks,
+                        args.output)
         return
 
     os.makedirs(parts_dir, exist_ok=True)
@@ -495,15 +545,19 @@ def parse_file(args) -> None:
         logger.warning("the parser changed token forms in %d sentence(s); the input's forms "
                        "were kept", summary["forms_changed"])
 
-    missing = missing_chunks(index, parts_dir)
-    if missing:
-        logger.info("shard %d/%d done; %d chunk(s) of other shards still missing (%s): "
-                    "merge with --merge-only once every shard has finished",
-                    shard_i, shard_n, len(missing), _ranges(missing))
-        return
-    n = merge_chunks(index, parts_dir, args.output, trusted=done)
-    logger.info("wrote %d trees to %s (%.1f s in all)", n, args.output,
-                time.time() - t_start)
+    with _merging(parts_dir) as there:
+        missing = missing_chunks(index, parts_dir) if there else []
+        if missing:
+            logger.info("shard %d/%d done; %d chunk(s) of other shards still missing (%s): "
+                        "merge with --merge-only once every shard has finished",
+                        shard_i, shard_n, len(missing), _ranges(missing))
+            return
+        if there:
+            n = merge_chunks(index, parts_dir, args.output, trusted=done)
+            _remove_parts(parts_dir)
+    if there:
+        logger.info("wrote %d trees to %s (%.1f s in all)", n, args.output,
+                    time.time() - t_start)
 
 
 def get_argparser() -> argparse.ArgumentParser:
@@ -533,8 +587,9 @@ def get_argparser() -> argparse.ArgumentParser:
     p.add_argument("--merge-only", action="store_true",
                    help="only check and merge the chunks of <output>.parts into <output>")
     p.add_argument("--cpu", action="store_true", help="do not use a GPU (stanza, spacy)")
-    p.add_argument("--start-method", default="spawn", choices=("spawn", "forkserver", "fork"),
-                   help="multiprocessing start method for --workers > 1")
+    p.add_argument("--start-method", default="spawn", type=_start_method,
+                   help="how the --workers processes start: spawn (each imports the plugin) or "
+                   "forkserver (forked from one process that imported it once)")
     p.add_argument("--no-progress-bar", action="store_true", help="no tqdm progress bar")
     p.add_argument("--log-level", default="INFO",
                    choices=("DEBUG", "INFO", "WARNING", "ERROR"))

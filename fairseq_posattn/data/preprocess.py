@@ -25,7 +25,6 @@ import functools
 import glob
 import io
 import logging
-import multiprocessing
 import os
 import shutil
 import sys
@@ -50,6 +49,7 @@ from .alignment import WordStarts
 from .destination import destination_lock, staged
 from .parse import InputIndex, scan_input
 from .tree_files import TREES, TreeFileWriter, block_values, blocks, refuse_mismatch, tree_dtype
+from .workers import worker_pool
 
 logger = logging.getLogger("fairseq_posattn.preprocess")
 
@@ -163,13 +163,14 @@ def naming_unusual_characters(error: StructureError, path: str, lines, first: in
 
 
 @contextlib.contextmanager
-def parts_map(workers: int, parts: int):
-    """``map`` in order, in ``workers`` processes when there is more than one part."""
+def parts_map(workers: int, parts: int, name=repr):
+    """``map`` in order, in ``workers`` processes (:func:`~.workers.worker_pool`)
+    when there is more than one part; ``name(part)`` names a part a worker died on."""
     if workers <= 1 or parts <= 1:
         yield map
         return
-    with multiprocessing.get_context("fork").Pool(min(workers, parts)) as pool:
-        yield pool.imap
+    with worker_pool(min(workers, parts)) as pool_map:
+        yield functools.partial(pool_map, name=name)
 
 
 def dictionary_path(args, lang: str) -> str:
@@ -210,7 +211,7 @@ def write_trees(args, split: str, input_prefix: str, text_dir: str, out_dir: str
     job = _Split(text, index_sentences(tree_path, PART), args.subword_scheme,
                  args.control_trees, args.control_trees_seed, split)
     with TreeFileWriter(os.path.join(out_dir, name), tree_dtype(longest)) as out, \
-            parts_map(args.workers, text.n_chunks) as each, \
+            parts_map(args.workers, text.n_chunks, text.lines_of) as each, \
             tqdm(total=text.n_lines, desc=f"trees {split}", unit=" sentences") as bar:
         for k, (values, sizes) in enumerate(each(functools.partial(encode_part, job),
                                                  range(text.n_chunks))):

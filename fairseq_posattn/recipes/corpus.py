@@ -12,9 +12,9 @@ import itertools
 import os
 import re
 import sys
-from multiprocessing import Pool
 from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
+from ..data.workers import worker_pool
 from ..errors import UserError
 from ..files import atomic_output
 
@@ -69,8 +69,8 @@ def tokenize_lines(lines: Iterable[str], lang: str, aggressive_dashes: bool = Fa
         for block in chunks(lines, CHUNK_LINES):
             yield from _tokenize_chunk(block)
         return
-    with Pool(workers, initializer=_init_moses, initargs=(lang, aggressive_dashes)) as pool:
-        for block in pool.imap(_tokenize_chunk, chunks(lines, CHUNK_LINES)):
+    with worker_pool(workers, _init_moses, (lang, aggressive_dashes)) as each:
+        for block in each(_tokenize_chunk, chunks(lines, CHUNK_LINES)):
             yield from block
 
 

@@ -77,10 +77,10 @@ class SentenceIndex:
 
 
 def _is_blank(raw: bytes) -> bool:
-    """Whether a line ends a sentence, as :func:`read_conllu` decides it (only odd lines are decoded)."""
-    if not raw.strip():
-        return True
-    if b"\t" in raw or raw.lstrip().startswith(b"#"):
+    """Whether a line ends a sentence, as :func:`read_conllu` decides it: it
+    holds nothing but whitespace, Unicode's included (token and comment lines
+    are not decoded)."""
+    if raw[:1].isdigit() or raw[:1] == b"#":
         return False
     return not raw.decode("utf-8", "replace").strip()
 
