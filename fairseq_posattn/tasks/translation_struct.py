@@ -68,11 +68,11 @@ class TranslationStructTask(RemembersInputOptions, TranslationTask):
 
     cfg: TranslationStructConfig
     feeds_trees = True  # structural positions need this (fairseq_posattn.config_check)
+    options_from_checkpoint = False  # the hub's task: its options are the checkpoint's, as it was trained
 
     @classmethod
     def setup_task(cls, cfg, **kwargs):
         task = super().setup_task(cfg, **kwargs)
-        # the hub's task takes its options from the checkpoint, as it was trained
         task.options_from_checkpoint = kwargs.get("from_checkpoint", False)
         return task
 
