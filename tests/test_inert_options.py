@@ -25,6 +25,7 @@ from fairseq_posattn.models.from_flags import parse_model_flags, stand_in_dictio
 
 from conftest import TINY_MODEL_ARGS, USER_DIR, run_cli_in_process
 from test_options import FAMILIES, Routes, composed, dictionaries, refused, train_main  # noqa: F401  (fixture)
+from test_standard_flags import PLUGIN_ARCHS, model_name
 
 # the tiny size of each model (the architecture keeps its layers)
 SIZES = {
@@ -37,17 +38,11 @@ SIZES = {
                             "--encoder-ffn-embed-dim", "16"],
     "posattn_tagger": ["--word-embed-dim", "8", "--char-embed-dim", "8"],
 }
-PLUGIN_ARCHS = sorted(arch for arch, cls in ARCH_MODEL_REGISTRY.items()
-                      if cls.__module__.startswith("fairseq_posattn."))
 # a value for an option whose doubled default would be no valid one
 VALUES = {"encoder_onlstm_chunk_size": 2, "char_kernel_size": 3}
 LENGTH = 5  # tokens of the encoder input (below every table)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-def model_name(arch: str) -> str:
-    return next(name for name, cls in models.MODEL_REGISTRY.items() if cls is ARCH_MODEL_REGISTRY[arch])
 
 
 @pytest.fixture(scope="module")
