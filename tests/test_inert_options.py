@@ -234,6 +234,20 @@ def test_a_checkpoint_loads_as_trained_and_overrides_without_effect_are_refused(
             lambda: load(clean, dictionaries, task, max_relative_position=8))
 
 
+def test_a_fairseq_train_checkpoint_refuses_model_overrides_without_effect(dictionaries, tmp_path):
+    """fairseq-train's checkpoint keeps the parsed namespace as its model config."""
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    routes = Routes(FAMILIES["positions"], dictionaries, tmp_path)
+    args, _ = routes.command_line(["--source-lang", "en", "--target-lang", "de", *TINY_MODEL_ARGS], None)
+    path = tmp_path / "namespace.pt"
+    routes.save(OmegaConf.to_container(convert_namespace_to_omegaconf(args), resolve=True, enum_to_str=True),
+                path)
+    assert REFUSED_FLAGS["--encoder-recurrent-cell lstm"] in refused(
+        lambda: load(str(path), dictionaries, routes.task, encoder_recurrent_cell="lstm"))
+    load(str(path), dictionaries, routes.task, encoder_recurrent_layers=1, encoder_recurrent_cell="lstm")
+
+
 def test_structural_positions_without_trees_are_refused_before_any_data_is_read(dictionaries, tmp_path):
     """fairseq-train and fairseq-generate with --task translation and a model
     that reads trees stop when the model is built (the data directory holds
