@@ -10,6 +10,12 @@ unknown key (with the nearest valid name), a value outside the choices
 (listing them), a value of another type; a value of the declared type in
 another form (``"true"``, ``"16"``) is converted.
 
+When the model is built, an option that cannot take effect is refused too
+(:func:`check_model_effects`): one whose value differs from the
+architecture's and a need of which its field declares is unmet (its
+metadata's ``needs``, :class:`~fairseq_posattn.modules.attention_config.Need`),
+and structural positions under a task that gives no dependency trees.
+
 The models are not registered with a dataclass (``register_model(name,
 dataclass=...)``, as the tasks are): they extend fairseq's legacy Transformer,
 whose flat options no fairseq 0.12 dataclass declares; fairseq would register a
@@ -24,7 +30,7 @@ import difflib
 from dataclasses import fields
 from enum import Enum
 from functools import lru_cache
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 from omegaconf import OmegaConf, open_dict
 from omegaconf.errors import ValidationError
@@ -146,3 +152,79 @@ def check_task_config(group: type, cfg) -> None:
     """Check a task section of a dataclass task (``group``, its dataclass)."""
     check_options("task", cfg.get("_name") or group.__name__, cfg, (group,),
                   known=[f.name for f in fields(group)])
+
+
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def as_given(name: str, value) -> str:
+    """An option's value as a command line gives it (a switch by its presence)."""
+    value = value.value if isinstance(value, Enum) else value
+    if isinstance(value, bool):
+        return flag(name) if value else "no " + flag(name)
+    return f"{flag(name)} {value}"
+
+
+def refuse_inert(owner: str, groups: Sequence[type], values, options, default_of: Callable[[str], Any],
+                 names: Optional[Iterable[str]] = None) -> None:
+    """Refuse the first option of ``groups`` (of those in ``names``, unless
+    None) whose value in ``values`` differs from ``default_of(name)`` and has
+    no effect: a need that its field declares is unmet by ``options`` (the
+    model's options, filled in; ``owner`` has them)."""
+    for group in groups:
+        for option in fields(group):
+            if names is not None and option.name not in names:
+                continue
+            unmet = [need for need in option.metadata.get("needs", ()) if not need.met(options)]
+            value = _value(values, option.name)
+            if unmet and (value.value if isinstance(value, Enum) else value) != default_of(option.name):
+                has = ", ".join(as_given(name, getattr(options, name, None)) for name in unmet[0].shown)
+                raise ValueError(
+                    f"{as_given(option.name, value)} has no effect: it needs {unmet[0].condition}, and "
+                    f"{owner} has {has}: set that, or leave {flag(option.name)} out")
+
+
+def filled_model_options(cfg) -> argparse.Namespace:
+    """A copy of a model section with its architecture's defaults filled in."""
+    from fairseq.models import ARCH_CONFIG_REGISTRY
+
+    given = vars(cfg) if isinstance(cfg, argparse.Namespace) else OmegaConf.to_container(
+        cfg, resolve=True, enum_to_str=True)
+    options = argparse.Namespace(**given)
+    ARCH_CONFIG_REGISTRY[architecture(cfg)](options)
+    return options
+
+
+def architecture(cfg) -> str:
+    return getattr(cfg, "_name", None) or getattr(cfg, "arch", None)
+
+
+def architecture_value(arch: str, options: argparse.Namespace, name: str):
+    """The value the architecture ``arch`` gives option ``name`` when it is
+    not set, every other option as in ``options``."""
+    from fairseq.models import ARCH_CONFIG_REGISTRY
+
+    unset = argparse.Namespace(**vars(options))
+    delattr(unset, name)
+    ARCH_CONFIG_REGISTRY[arch](unset)
+    return getattr(unset, name, None)
+
+
+def check_model_effects(model_cls, cfg, task, names: Optional[Iterable[str]] = None) -> None:
+    """Refuse a model section (of ``model_cls``, built for ``task``) whose
+    structural positions ``task`` gives no trees for, and an option of the
+    model that cannot take effect (of ``names`` only, unless None)."""
+    from .modules.attention_config import PositionAttentionConfig
+
+    options, arch = filled_model_options(cfg), architecture(cfg)
+    structural = PositionAttentionConfig.from_namespace(options)
+    if structural.uses_structure() and not getattr(task, "feeds_trees", False):
+        task_name = getattr(getattr(task, "cfg", None), "_name", None) or type(task).__name__
+        given = ", ".join(as_given(name, getattr(options, name)) for name in (
+            "structural_position_embedding", "structural_relative_positions"))
+        raise ValueError(
+            f"--arch {arch} ({given}) reads the dependency trees of the source, which --task {task_name} "
+            f"does not give it: use --task translation_struct, or turn the structural positions off")
+    refuse_inert(f"--arch {arch}", model_cls.option_groups, options, options,
+                 lambda name: architecture_value(arch, options, name), names)

@@ -74,6 +74,18 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.slow)
 
 
+@pytest.fixture
+def one_torch_thread():
+    """Tiny models: one thread is many times faster on a loaded machine, and
+    keeps parallel test workers apart."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 REPO = Path(__file__).resolve().parents[1]
 USER_DIR = REPO / "fairseq_posattn"
 BIN_DIR = Path(sys.executable).parent

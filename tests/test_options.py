@@ -105,8 +105,20 @@ VALID = {
     "task.valid_every": 5,
     "task.negative_label": "other", "task.lowercase": True, "task.no_entity_masking": True,
 }
-# what an option needs besides itself to build
-COMPANIONS = {"model.encoder_shortcut": {"encoder_recurrent_layers": 1}}
+# what an option needs besides itself to build and take effect in its family's model
+RECURRENT = {"encoder_recurrent_layers": 1}
+TABLES = {"position_interactions": "R"}
+COMPANIONS = {
+    "model.encoder_position_concat_dim": {"encoder_position_embedding": "concat"},
+    "model.position_interaction_layers": {"position_interactions": "PR", "encoder_layers": 2},
+    "model.interaction_max_len": TABLES, "model.interaction_overflow": TABLES,
+    "model.query_relative_clip": {"query_relative_positions": True},
+    **{f"model.{name}": RECURRENT for name in (
+        "encoder_recurrent_cell", "encoder_recurrent_hidden_dim", "encoder_recurrent_unidirectional",
+        "encoder_onlstm_chunk_size", "encoder_stack_order", "encoder_shortcut", "encoder_recurrent_kernel")},
+}
+# tested in another family than its group's: PE[con] cannot share all embeddings, as the structure family does
+FAMILY_OF_OPTION = {"model.encoder_position_concat_dim": "tagging"}
 # read at training start only: a checkpoint holds the trained vectors, and its
 # value is set aside unread (PosTaggingTask.build_model)
 UNREAD_FROM_CHECKPOINTS = {"model.pretrained_word_vectors"}
@@ -169,7 +181,8 @@ PLUGIN_MODELS = [cls for cls in MODEL_REGISTRY.values()
 MODEL_GROUPS = list(dict.fromkeys(group for cls in PLUGIN_MODELS for group in cls.option_groups))
 TASK_GROUPS = [dc for dc in TASK_DATACLASS_REGISTRY.values()
                if dc.__module__.startswith("fairseq_posattn.")]
-OPTIONS = [Option(section, f.name, declared_type(f), family_of(group))
+OPTIONS = [Option(section, f.name, declared_type(f),
+                  FAMILY_OF_OPTION.get(f"{section}.{f.name}", family_of(group)))
            for section, groups in (("model", MODEL_GROUPS), ("task", TASK_GROUPS))
            for group in groups for f in own_fields(group) if f.name not in PLUMBING]
 

@@ -11,13 +11,14 @@ import pytest
 import torch
 
 from conftest import TOY_SIZES, run_cli_in_process, tiny_training
-from test_plots import one_torch_thread  # noqa: F401  (autouse: one torch thread)
 
 from fairseq_posattn.analysis import probe as probe_cli
 from fairseq_posattn.analysis import states as states_cli
 from fairseq_posattn.analysis.source import CheckpointEncoder
 from fairseq_posattn.toy_corpus import generate_examples, to_conllu
 from fairseq_posattn.structure import StructureError
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 # the ON-LSTM + SAN hybrid with structural positions in its SAN part: one
 # recurrent and one self-attention layer, trees from the data

@@ -28,7 +28,7 @@ def test_quickstart_runs_every_step_with_and_without_structure(tmp_path):
         assert "sacrebleu signature: nrefs:1" in log
         arch = "transformer_struct" if structure == "on" else "transformer_posattn --relative-positions"
         assert f"--task translation_struct --arch {arch}" in log
-        # two raw sentences translated by fairseq-interactive after BPE and parsing
+        # two raw sentences translated by fairseq-interactive after BPE (and parsing, for transformer_struct)
         assert len(re.findall(r"^\[quickstart\]   D-\d+  ", log, re.M)) == 2
     assert (tmp_path / "data-bin-bpe150" / "train.en-de.en.trees.bin").exists()
     assert "writing the toy corpus" in logs["on"]

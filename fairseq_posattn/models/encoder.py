@@ -106,6 +106,11 @@ class PositionAwareEncoder(FairseqEncoder):
                                                and recurrence_cfg.recurrent_first)
         self.layer_norm = LayerNorm(embed_dim, export=cfg.export) if cfg.encoder.normalize_before else None
 
+    @property
+    def reads_trees(self) -> bool:
+        """True if the encoder needs the tree inputs of ``translation_struct``."""
+        return self.attention_cfg.uses_structure()
+
     def _log_kernels(self, attention_cfg: PositionAttentionConfig, recurrence_cfg: RecurrenceConfig) -> None:
         """The build log's lines: what the kernel flags run here (:func:`..kernels.dispatch.describe`)."""
         attention = [m for m in self.layers.modules() if isinstance(m, PositionAwareSelfAttention)]
@@ -198,7 +203,7 @@ class PositionAwareEncoder(FairseqEncoder):
         the tree inputs of ``translation_struct``: ``src_depths`` ``[B, T]`` and
         ``src_structural_positions`` ``[B, T, T]`` (key minus query), laid out
         like ``src_tokens``."""
-        if self.attention_cfg.uses_structure() and (src_depths is None or src_structural_positions is None):
+        if self.reads_trees and (src_depths is None or src_structural_positions is None):
             raise ValueError("the structural position options need the dependency trees of the "
                              "source: train and decode with --task translation_struct")
         padding_mask = src_tokens.eq(self.padding_idx)

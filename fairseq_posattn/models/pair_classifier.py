@@ -19,10 +19,13 @@ from fairseq.dataclass import ChoiceEnum
 from fairseq.models import register_model, register_model_architecture
 from torch import nn
 
-from ..modules.attention_config import EncoderOptions
+from ..modules.attention_config import EncoderOptions, Need
 from ..modules.pooling import POOLING
 from .encoder_only import HEAD_NAME, PositionAwareEncoderModel
 from .transformer_posattn import _paper_row, _set_unset, transformer_posattn
+
+CLASSIFIER_LAYERS = Need("hidden classifier layers (--classifier-layers > 0)",
+                         lambda o: o.classifier_layers > 0, ("classifier_layers",))
 
 
 @dataclass
@@ -32,7 +35,8 @@ class PairClassifierOptions(EncoderOptions):
     classifier_layers: int = field(
         default=1, metadata={"help": "hidden ReLU layers of the pair classifier"})
     classifier_hidden_dim: Optional[int] = field(
-        default=None, metadata={"help": "their width (default: --encoder-embed-dim)"})
+        default=None, metadata={"help": "their width (default: --encoder-embed-dim)",
+                                "needs": (CLASSIFIER_LAYERS,)})
     classifier_dropout: Optional[float] = field(
         default=None, metadata={"help": "dropout before each classifier layer (default: --dropout)"})
 

@@ -3,7 +3,7 @@ that turns it into the attention terms of one layer."""
 
 from dataclasses import dataclass, field, fields
 from enum import Enum
-from typing import Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.dataclass.utils import gen_parser_from_dataclass
@@ -21,6 +21,48 @@ OVERFLOW_CHOICES = ChoiceEnum(["error", "clamp"])
 CONVOLUTION_CHOICES = ChoiceEnum(["none", "1d", "2d"])
 STRUCTURAL_EMBEDDING_CHOICES = ChoiceEnum(["none", "fuse", "add"])
 ATTENTION_KERNEL_CHOICES = ChoiceEnum(list(dispatch.OPTIONS[dispatch.ATTENTION]))
+
+
+@dataclass(frozen=True)
+class Need:
+    """What an option needs to take effect, declared in its field's metadata
+    (``"needs": (Need, ...)``) and checked when the model is built
+    (:func:`fairseq_posattn.config_check.refuse_inert`): ``condition`` in
+    flags, met when ``met(options)`` is true of the model's options (every
+    group's, filled in by the architecture); a refusal shows the values of
+    the options named in ``shown``."""
+    condition: str
+    met: Callable[[Any], bool]
+    shown: Tuple[str, ...]
+
+
+ATTENTION_LAYERS = Need("self-attention layers (--encoder-layers > 0)", lambda o: o.encoder_layers > 0,
+                        ("encoder_layers",))
+SEVERAL_ATTENTION_LAYERS = Need("more than one self-attention layer (--encoder-layers > 1)",
+                                lambda o: o.encoder_layers > 1, ("encoder_layers",))
+CONCAT = Need("--encoder-position-embedding concat", lambda o: o.encoder_position_embedding == "concat",
+              ("encoder_position_embedding",))
+INTERACTIONS = Need("--position-interactions P, R or PR", lambda o: o.position_interactions != "none",
+                    ("position_interactions",))
+TABLES = Need("--position-interactions or --convolved-attention 1d, whose tables have --interaction-max-len "
+              "positions", lambda o: PositionAttentionConfig.from_namespace(o).uses_position_tables(),
+              ("position_interactions", "convolved_attention"))
+TABLES_OR_QUERY_CLIP = Need(
+    "--position-interactions, --convolved-attention 1d, or --query-relative-positions without "
+    "--query-relative-clip", lambda o: PositionAttentionConfig.from_namespace(o).uses_interaction_max_len(),
+    ("position_interactions", "convolved_attention", "query_relative_positions", "query_relative_clip"))
+RELATIVE = Need("--relative-positions", lambda o: o.relative_positions, ("relative_positions",))
+ANY_RELATIVE = Need("--relative-positions or --structural-relative-positions",
+                    lambda o: o.relative_positions or o.structural_relative_positions,
+                    ("relative_positions", "structural_relative_positions"))
+QUERY_RELATIVE = Need("--query-relative-positions", lambda o: o.query_relative_positions,
+                      ("query_relative_positions",))
+STRUCTURAL_RELATIVE = Need("--structural-relative-positions", lambda o: o.structural_relative_positions,
+                           ("structural_relative_positions",))
+TREES = Need("a model that reads dependency trees (--structural-position-embedding fuse or add, or "
+             "--structural-relative-positions)",
+             lambda o: PositionAttentionConfig.from_namespace(o).uses_structure(),
+             ("structural_position_embedding", "structural_relative_positions"))
 
 
 @dataclass
@@ -71,47 +113,62 @@ class PositionAttentionConfig(EncoderOptions):
                 "(PE[con], Dufter et al. 2020) or none"})
     encoder_position_concat_dim: Optional[int] = field(default=None, metadata={
         "help": "width of the concatenated position embedding (PE[con]); token embeddings get "
-                "--encoder-embed-dim minus this (default: a quarter)"})
+                "--encoder-embed-dim minus this (default: a quarter)",
+        "needs": (CONCAT,)})
     position_interactions: INTERACTION_CHOICES = field(default="none", metadata={
         "help": "Dufter et al. 2020 direct position interactions added to the logits: P (absolute t x t per "
-                "head), R (relative a_{i-j+t}), PR (both)"})
+                "head), R (relative a_{i-j+t}), PR (both)",
+        "needs": (ATTENTION_LAYERS,)})
     position_interaction_layers: INTERACTION_LAYER_CHOICES = field(default="first", metadata={
-        "help": "encoder layers that get P/R: the first (paper) or all"})
+        "help": "encoder layers that get P/R: the first (paper) or all",
+        "needs": (INTERACTIONS, SEVERAL_ATTENTION_LAYERS)})
     interaction_max_len: int = field(default=256, metadata={
         "help": "t, the number of positions of the P, R and conv1d tables (must cover --max-source-positions "
-                "unless --interaction-overflow clamp)"})
+                "unless --interaction-overflow clamp)",
+        "needs": (ATTENTION_LAYERS, TABLES_OR_QUERY_CLIP)})
     interaction_overflow: OVERFLOW_CHOICES = field(default="error", metadata={
         "help": "inputs longer than --interaction-max-len: error, or clamp (positions past t share the last "
-                "row/column, distances the outermost entry)"})
+                "row/column, distances the outermost entry)",
+        "needs": (ATTENTION_LAYERS, TABLES)})
     learnable_temperature: bool = field(default=False, metadata={
         "help": "Dufter et al. 2020: per-head scalars gamma_q, gamma_k, gamma_v (initialised to 1) multiplying "
-                "the query, key and value projections"})
+                "the query, key and value projections",
+        "needs": (ATTENTION_LAYERS,)})
     convolved_attention: CONVOLUTION_CHOICES = field(default="none", metadata={
         "help": "Dufter et al. 2020 convolution of softmax(A) in every encoder layer: 1d (t width-3 filters "
-                "along the query axis) or 2d (one 3x3 filter per head)"})
+                "along the query axis) or 2d (one 3x3 filter per head)",
+        "needs": (ATTENTION_LAYERS,)})
     relative_positions: bool = field(default=False, metadata={
         "help": "Shaw et al. 2018 relative position keys and values in every encoder layer (sequential "
-                "positions)"})
-    max_relative_position: int = field(default=16, metadata={"help": "clip distance k of --relative-positions"})
+                "positions)",
+        "needs": (ATTENTION_LAYERS,)})
+    max_relative_position: int = field(default=16, metadata={
+        "help": "clip distance k of --relative-positions", "needs": (ATTENTION_LAYERS, RELATIVE)})
     no_relative_values: bool = field(default=False, metadata={
-        "help": "Shaw relative keys only, no a^V term (sequential and structural)"})
+        "help": "Shaw relative keys only, no a^V term (sequential and structural)",
+        "needs": (ATTENTION_LAYERS, ANY_RELATIVE)})
     query_relative_positions: bool = field(default=False, metadata={
         "help": "Bilan & Roth 2018 relative scores r_i . m_{j-i} with their own query projection W^r, in every "
-                "encoder layer"})
+                "encoder layer",
+        "needs": (ATTENTION_LAYERS,)})
     query_relative_clip: Optional[int] = field(default=None, metadata={
         "help": "largest distance with its own m vector for --query-relative-positions (default: "
-                "--interaction-max-len minus 1)"})
+                "--interaction-max-len minus 1)",
+        "needs": (ATTENTION_LAYERS, QUERY_RELATIVE)})
     structural_position_embedding: STRUCTURAL_EMBEDDING_CHOICES = field(default="none", metadata={
         "help": "Wang et al. 2019 absolute structural positions: the sinusoid of each token's dependency-tree "
                 "depth, fused with the sequential position embedding by a learned tanh layer (fuse, Eq. 7) or "
                 "added (add); needs --task translation_struct"})
     structural_relative_positions: bool = field(default=False, metadata={
         "help": "Wang et al. 2019 relative structural positions as Shaw relative keys and values in every "
-                "encoder layer; needs --task translation_struct"})
+                "encoder layer; needs --task translation_struct",
+        "needs": (ATTENTION_LAYERS,)})
     max_structural_relative_position: int = field(default=16, metadata={
-        "help": "clip distance r of --structural-relative-positions"})
+        "help": "clip distance r of --structural-relative-positions",
+        "needs": (ATTENTION_LAYERS, STRUCTURAL_RELATIVE)})
     encoder_attention_kernel: ATTENTION_KERNEL_CHOICES = field(default="auto", metadata={
-        "help": dispatch.help_text(dispatch.ATTENTION), "parse": dispatch.parse_option(dispatch.ATTENTION)})
+        "help": dispatch.help_text(dispatch.ATTENTION), "parse": dispatch.parse_option(dispatch.ATTENTION),
+        "needs": (ATTENTION_LAYERS,)})
 
     def uses_structure(self) -> bool:
         """True if the encoder needs the tree inputs of ``translation_struct``."""
@@ -119,6 +176,11 @@ class PositionAttentionConfig(EncoderOptions):
 
     def uses_position_tables(self) -> bool:
         return self.position_interactions != "none" or self.convolved_attention == "1d"
+
+    def uses_interaction_max_len(self) -> bool:
+        """True if t sizes a table: P, R, conv1d, or Bilan & Roth's m vectors without their own clip."""
+        return self.uses_position_tables() or (self.query_relative_positions
+                                               and self.query_relative_clip is None)
 
     def check(self, embed_dim: int, max_source_positions: int, share_all_embeddings: bool,
               learned_pos: bool = False, no_token_positional_embeddings: bool = False) -> None:

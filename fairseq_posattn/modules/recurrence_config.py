@@ -8,12 +8,17 @@ from typing import Optional
 from fairseq.dataclass import ChoiceEnum
 
 from ..kernels import dispatch
-from .attention_config import EncoderOptions
+from .attention_config import ATTENTION_LAYERS, EncoderOptions, Need
 from .quant_noise import check_block_size
 
 CELL_CHOICES = ChoiceEnum(["onlstm", "lstm"])
 ORDER_CHOICES = ChoiceEnum(["recurrent-first", "attention-first"])
 KERNEL_CHOICES = ChoiceEnum(list(dispatch.OPTIONS[dispatch.RECURRENCE]))
+
+RECURRENT_LAYERS = Need("recurrent layers (--encoder-recurrent-layers > 0)",
+                        lambda o: o.encoder_recurrent_layers > 0, ("encoder_recurrent_layers",))
+ONLSTM = Need("--encoder-recurrent-cell onlstm", lambda o: o.encoder_recurrent_cell == "onlstm",
+              ("encoder_recurrent_cell",))
 
 
 @dataclass
@@ -22,20 +27,26 @@ class RecurrenceConfig(EncoderOptions):
         "help": "K recurrent encoder layers (Hao et al. 2019) besides the --encoder-layers self-attention "
                 "layers; 0 = a plain SAN encoder"})
     encoder_recurrent_cell: CELL_CHOICES = field(default="onlstm", metadata={
-        "help": "recurrent cell: onlstm (ordered neurons, Shen et al. 2019) or lstm"})
+        "help": "recurrent cell: onlstm (ordered neurons, Shen et al. 2019) or lstm",
+        "needs": (RECURRENT_LAYERS,)})
     encoder_recurrent_hidden_dim: Optional[int] = field(default=None, metadata={
-        "help": "hidden units per direction (default: --encoder-embed-dim)"})
+        "help": "hidden units per direction (default: --encoder-embed-dim)",
+        "needs": (RECURRENT_LAYERS,)})
     encoder_recurrent_unidirectional: bool = field(default=False, metadata={
-        "help": "left-to-right recurrent layers (default: bidirectional)"})
+        "help": "left-to-right recurrent layers (default: bidirectional)",
+        "needs": (RECURRENT_LAYERS,)})
     encoder_onlstm_chunk_size: int = field(default=1, metadata={
-        "help": "ON-LSTM master-gate chunk size (neurons per master unit)"})
+        "help": "ON-LSTM master-gate chunk size (neurons per master unit)",
+        "needs": (RECURRENT_LAYERS, ONLSTM)})
     encoder_stack_order: ORDER_CHOICES = field(default="recurrent-first", metadata={
         "help": "recurrent-first: K recurrent layers, then the SAN layers on their output (the paper's "
-                "cascade); attention-first: the reverse (its Table 2 row 2)"})
+                "cascade); attention-first: the reverse (its Table 2 row 2)",
+        "needs": (RECURRENT_LAYERS, ATTENTION_LAYERS)})
     encoder_shortcut: bool = field(default=False, metadata={
         "help": "Eq. 10 short-cut: the encoder output is the sum of the recurrent and the SAN stacks' outputs"})
     encoder_recurrent_kernel: KERNEL_CHOICES = field(default="auto", metadata={
-        "help": dispatch.help_text(dispatch.RECURRENCE), "parse": dispatch.parse_option(dispatch.RECURRENCE)})
+        "help": dispatch.help_text(dispatch.RECURRENCE), "parse": dispatch.parse_option(dispatch.RECURRENCE),
+        "needs": (RECURRENT_LAYERS, ONLSTM)})
 
     def hidden_dim(self, embed_dim: int) -> int:
         return self.encoder_recurrent_hidden_dim or embed_dim

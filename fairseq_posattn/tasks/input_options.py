@@ -29,12 +29,19 @@ class ContradictsCheckpoint(UserError, ValueError):
     """A task option given with another value than the checkpoint was trained with."""
 
 
-def input_option(default, help: str):
-    """The dataclass field of an input option: None (not given) until resolved."""
+def input_option(default, help: str, needs=()):
+    """The dataclass field of an input option: None (not given) until resolved;
+    ``needs``: what it needs to take effect (:class:`..modules.attention_config.Need`)."""
     return dataclasses.field(default=None, metadata={
         "help": f"{help} (default: the checkpoint's value; {_shown(default)} without one)",
-        _DEFAULT: default,
+        _DEFAULT: default, "needs": needs,
     })
+
+
+def default_of(config_class, name: str):
+    """The documented default of an option of a task config class."""
+    option = next(f for f in dataclasses.fields(config_class) if f.name == name)
+    return option.metadata.get(_DEFAULT, option.default)
 
 
 def input_options(config_class) -> Dict[str, Any]:

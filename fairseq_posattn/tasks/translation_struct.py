@@ -7,6 +7,8 @@ when a split is loaded; ``fairseq-interactive``, whose batches hold only
 subword pieces, parses the words of each line with ``--parser``
 (:meth:`TranslationStructTask.inference_step`).  Either way the encoder
 receives ``src_depths`` and ``src_structural_positions`` in ``net_input``.
+Its own options act on the trees: given to a model that reads none, they
+are refused when the model is built.
 """
 
 import functools
@@ -21,14 +23,16 @@ from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
+from ..config_check import architecture, filled_model_options, refuse_inert
 from ..data import checksums
 from ..data.alignment import WordStarts
 from ..data.parsers import PARSER_HELP, PARSERS, build_parser
 from ..data.tree_dataset import TreeLanguagePairDataset
 from ..data.tree_files import load_trees
+from ..modules.attention_config import TREES
 from ..structure import SCHEMES, batch_trees_of_pieces
 from ..structure.pieces import end_cut_word
-from .input_options import RemembersInputOptions, input_option
+from .input_options import RemembersInputOptions, default_of, input_option, plain
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +43,7 @@ class TranslationStructConfig(TranslationConfig):
         "figure",
         "relative structural position of two words on one path to the root: "
         "sign(k-q)*|d_k-d_q| as the paper's Figure 1 computes it (figure), or "
-        "d_k-d_q as its text writes (text)",
+        "d_k-d_q as its text writes (text)", needs=(TREES,),
     )
     subword_scheme: Optional[ChoiceEnum(list(SCHEMES))] = input_option(
         "subword_nmt",
@@ -48,13 +52,17 @@ class TranslationStructConfig(TranslationConfig):
     )
     # fairseq-interactive parses its raw input (see PARSER_HELP)
     parser: Optional[ChoiceEnum(list(PARSERS))] = field(
-        default=None, metadata={"help": "fairseq-interactive: " + PARSER_HELP["parser"]})
+        default=None, metadata={"help": "fairseq-interactive: " + PARSER_HELP["parser"],
+                                  "needs": (TREES,)})
     parser_model: Optional[str] = field(
-        default=None, metadata={"help": "fairseq-interactive: " + PARSER_HELP["parser_model"]})
+        default=None, metadata={"help": "fairseq-interactive: " + PARSER_HELP["parser_model"],
+                                  "needs": (TREES,)})
     parser_lang: str = field(
-        default="en", metadata={"help": "fairseq-interactive: " + PARSER_HELP["parser_lang"]})
+        default="en", metadata={"help": "fairseq-interactive: " + PARSER_HELP["parser_lang"],
+                                  "needs": (TREES,)})
     stanza_dir: Optional[str] = field(
-        default=None, metadata={"help": "fairseq-interactive: " + PARSER_HELP["stanza_dir"]})
+        default=None, metadata={"help": "fairseq-interactive: " + PARSER_HELP["stanza_dir"],
+                                  "needs": (TREES,)})
 
 
 @register_task("translation_struct", dataclass=TranslationStructConfig)
@@ -62,6 +70,14 @@ class TranslationStructTask(RemembersInputOptions, TranslationTask):
     """Translation with the source's dependency trees (Wang et al. 2019)."""
 
     cfg: TranslationStructConfig
+    feeds_trees = True  # structural positions need this (fairseq_posattn.config_check)
+    options_from_checkpoint = False  # the hub's task: its options are the checkpoint's, as it was trained
+
+    @classmethod
+    def setup_task(cls, cfg, **kwargs):
+        task = super().setup_task(cfg, **kwargs)
+        task.options_from_checkpoint = kwargs.get("from_checkpoint", False)
+        return task
 
     def build_model(self, cfg, from_checkpoint=False):
         model = super().build_model(cfg, from_checkpoint)
@@ -71,6 +87,8 @@ class TranslationStructTask(RemembersInputOptions, TranslationTask):
                 f"{type(model).__name__} does not take: use a fairseq_posattn architecture "
                 f"(transformer_struct, transformer_posattn, ...) or --task translation"
             )
+        if not self.options_from_checkpoint:
+            self.refuse_inert_options(cfg)
         return model
 
     @classmethod
@@ -80,6 +98,19 @@ class TranslationStructTask(RemembersInputOptions, TranslationTask):
         checksums.verify(os.path.dirname(filename), [os.path.basename(filename)],
                          warn_unverified=False)
         return super().load_dictionary(filename)
+
+    def refuse_inert_options(self, model_cfg, names=None) -> None:
+        """Refuse an option given (of ``names``, unless None) that acts on trees
+        the model (its config ``model_cfg``) does not read.  (``--subword-scheme``
+        acts on them too, but also checks the tree files against the pieces.)"""
+
+        def unset(name):  # an input option not given is the checkpoint's or the default
+            if name in self._not_given:
+                return plain(getattr(self.cfg, name))
+            return default_of(TranslationStructConfig, name)
+
+        refuse_inert(f"--arch {architecture(model_cfg)}", (TranslationStructConfig,), self.cfg,
+                     filled_model_options(model_cfg), unset, names)
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
         paths = utils.split_paths(self.cfg.data)
@@ -100,9 +131,9 @@ class TranslationStructTask(RemembersInputOptions, TranslationTask):
 
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
         """Decode; batches without trees (fairseq-interactive builds its own
-        batches from the source tokens only) are parsed first."""
+        batches from the source tokens only) are parsed first, for models that read them."""
         net_input = sample["net_input"]
-        if "src_depths" not in net_input:
+        if "src_depths" not in net_input and any(model.encoder.reads_trees for model in models):
             net_input.update(self.parse_source(net_input["src_tokens"]))
         return super().inference_step(
             generator, models, sample, prefix_tokens=prefix_tokens, constraints=constraints

@@ -21,7 +21,7 @@ from fairseq.models.transformer import DEFAULT_MAX_SOURCE_POSITIONS, Embedding, 
 from fairseq.modules import FairseqDropout
 from torch import nn
 
-from ...modules.attention_config import EncoderOptions, PositionAttentionConfig
+from ...modules.attention_config import ATTENTION_LAYERS, EncoderOptions, Need, PositionAttentionConfig
 from ...modules.recurrence_config import RecurrenceConfig
 from .entity_positions import PositionAwareAttention, bin_distances, distance_radius
 from ...modules.pooling import masked_max
@@ -30,7 +30,12 @@ from ..encoder import PositionAwareEncoder
 from ..encoder_only import HEAD_NAME, PositionAwareEncoderModel
 from ..transformer_posattn import PositionAwareTransformerModel, _set_unset, transformer_posattn
 
-
+POSITION_ATTENTION = Need("--relation-pooling position-attention",
+                          lambda o: o.relation_pooling == "position-attention", ("relation_pooling",))
+ENTITY_DISTANCES = Need("--relation-pooling position-attention or the object distances added to the input "
+                        "(no --no-object-position-input)",
+                        lambda o: o.relation_pooling == "position-attention" or not o.no_object_position_input,
+                        ("relation_pooling", "no_object_position_input"))
 
 @dataclass
 class RelationClassifierOptions(EncoderOptions):
@@ -38,33 +43,36 @@ class RelationClassifierOptions(EncoderOptions):
     ner_tag_embed_dim: int = field(default=30, metadata={"help": "NER-tag embedding width"})
     entity_position_dim: int = field(
         default=30, metadata={"help": "width of the subject/object distance embeddings of "
-                                      "the position-aware attention"})
+                                      "the position-aware attention", "needs": (POSITION_ATTENTION,)})
     relation_attention_dim: Optional[int] = field(
         default=None, metadata={"help": "hidden width of the position-aware attention "
-                                        "(default: --encoder-embed-dim)"})
+                                        "(default: --encoder-embed-dim)", "needs": (POSITION_ATTENTION,)})
     relation_pooling: ChoiceEnum(["position-attention", "max"]) = field(
         default="position-attention",
         metadata={"help": "sentence vector: the position-aware attention or the max-pooled "
                           "encoder states"})
     raw_entity_positions: bool = field(
         default=False,
-        metadata={"help": "Zhang et al.'s unbinned distances instead of Bilan & Roth's bins"})
+        metadata={"help": "Zhang et al.'s unbinned distances instead of Bilan & Roth's bins",
+                  "needs": (ENTITY_DISTANCES,)})
     no_object_position_input: bool = field(
         default=False,
         metadata={"help": "do not add object-distance embeddings to the encoder input"})
     # the encoder layer of Sec. 3.1.2 (RelationLayerOptions)
     encoder_norm: ChoiceEnum(["layer", "batch"]) = field(
-        default="layer", metadata={"help": "normalisation in the encoder layers"})
+        default="layer", metadata={"help": "normalisation in the encoder layers", "needs": (ATTENTION_LAYERS,)})
     encoder_residual: ChoiceEnum(["per-sublayer", "single"]) = field(
         default="per-sublayer",
         metadata={"help": "a residual around each sublayer, or a single one from the layer "
-                          "input to the last normalisation"})
+                          "input to the last normalisation", "needs": (ATTENTION_LAYERS,)})
     encoder_ffn_activation: ChoiceEnum(["fairseq", "rrelu"]) = field(
         default="fairseq",
-        metadata={"help": "the feed-forward activation: fairseq's --activation-fn, or RReLU"})
+        metadata={"help": "the feed-forward activation: fairseq's --activation-fn, or RReLU",
+                  "needs": (ATTENTION_LAYERS,)})
     encoder_init: ChoiceEnum(["xavier", "kaiming"]) = field(
         default="xavier",
-        metadata={"help": "initialisation of the query, key and value matrices"})
+        metadata={"help": "initialisation of the query, key and value matrices",
+                  "needs": (ATTENTION_LAYERS,)})
 
 
 def distance_table(rows: int, dim: int) -> nn.Embedding:

@@ -20,7 +20,7 @@ from fairseq.models import BaseFairseqModel, register_model, register_model_arch
 from fairseq.models.transformer import Embedding, TransformerConfig
 from torch import nn
 
-from ...modules.attention_config import EncoderOptions, PositionAttentionConfig
+from ...modules.attention_config import ATTENTION_LAYERS, EncoderOptions, PositionAttentionConfig
 from .word_features import CharacterCNN, WordFeatures, load_word_vectors, read_vector_width
 from .residual_encoder import ResidualAttentionEncoder
 from ..transformer_posattn import (DUFTER_ROWS, _paper_row, _set_unset, add_options,
@@ -34,12 +34,13 @@ DEFAULT_WORD_EMBED_DIM = 128  # the authors' UD setting
 @dataclass
 class TaggerOptions(EncoderOptions):
     encoder_layers: int = field(default=4, metadata={"help": "attention layers"})
-    encoder_attention_heads: int = field(default=4, metadata={"help": "heads per layer"})
+    encoder_attention_heads: int = field(default=4, metadata={"help": "heads per layer",
+                                                              "needs": (ATTENTION_LAYERS,)})
     dropout: float = field(
         default=0.1, metadata={"help": "dropout on the embeddings and before every layer"}
     )
     attention_dropout: float = field(
-        default=0.0, metadata={"help": "dropout on the attention probabilities"}
+        default=0.0, metadata={"help": "dropout on the attention probabilities", "needs": (ATTENTION_LAYERS,)}
     )
     word_embed_dim: Optional[int] = field(
         default=None,
@@ -84,9 +85,6 @@ class PositionAwareTagger(BaseFairseqModel):
             args.interaction_max_len = task.max_positions()
         options = TaggerOptions.from_namespace(args)
         attention_cfg = PositionAttentionConfig.from_namespace(args)
-        if attention_cfg.uses_structure():
-            raise ValueError("the structural position options need dependency trees of the input, which the "
-                             "tagger does not take")
         vocabulary = task.vocabulary
         features = WordFeatures(cls._word_embedding(options, vocabulary.words),
                                 CharacterCNN(len(vocabulary.chars), options.char_embed_dim,
