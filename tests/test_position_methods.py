@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from fairseq_posattn.modules.attention_context import AttentionContext
+from fairseq_posattn.modules.attention_context import AttentionContext, gather_time, right_padding_order
 from fairseq_posattn.modules.linear_biases import LinearDistanceBias, alibi_slopes
 from fairseq_posattn.modules.parent_scaling import ParentScaledLogits
 from fairseq_posattn.modules.rotary import RotaryPositions
@@ -239,3 +239,27 @@ def test_score_terms_are_finite_and_float32_beside_half_precision_queries():
     for term in (LinearDistanceBias(H), T5RelativeBias(16, H).half()):
         bias = term(queries(torch.float16), None, context)
         assert torch.isfinite(bias).all() and bias.dtype in (torch.float32, torch.float16)
+
+
+def test_tree_inputs_of_a_left_padded_batch_match_each_sentence_alone_once_right_padded():
+    """The collater's left-padded tree distances and parents, reordered as the encoder reorders the tokens
+    (right_padding_order), give every sentence the bias and scaling it gets alone: positions, not columns."""
+    trees = [encode_piece_tree([2, 0, 4, 2, 6, 2], [0, 1, 2, 3, 3, 4, 5]), encode_piece_tree([2, 0], [0, 0, 1])]
+    distance, lengths = batch_encoded_tree_distances(trees, left_pad=True)
+    parents, _ = batch_encoded_parent_positions(trees, left_pad=True)
+    length = parents.size(1)
+    pads = torch.arange(length)[None, :] < (length - lengths)[:, None]
+    order = right_padding_order(pads)
+    distance = gather_time(gather_time(distance, order, 1), order, 2)
+    parents = parents.gather(1, order)
+    context = AttentionContext(length, torch.device("cpu"), {"tree_distance": distance}, {"parents": parents})
+    logits = torch.randn(1, H, length, length).expand(2, -1, -1, -1)
+    bias = LinearDistanceBias(H, "tree_distance")(None, None, context)
+    scaled = ParentScaledLogits(H, [0, 2])(logits, context)
+    for b, tree in enumerate(trees):
+        n = int(lengths[b])
+        alone_distance, _ = batch_encoded_tree_distances([tree])
+        alone_parents, _ = batch_encoded_parent_positions([tree])
+        alone = AttentionContext(n, torch.device("cpu"), {"tree_distance": alone_distance}, {"parents": alone_parents})
+        assert torch.equal(bias[b, :, :n, :n], LinearDistanceBias(H, "tree_distance")(None, None, alone)[0])
+        assert torch.equal(scaled[b, :, :n, :n], ParentScaledLogits(H, [0, 2])(logits[:1, :, :n, :n], alone)[0])
