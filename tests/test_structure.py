@@ -690,3 +690,17 @@ def test_batched_distances_and_parents_refuse_corrupt_trees():
                 batched(bad)
     with pytest.raises(ValueError, match="anchor"):
         batch_encoded_parent_positions([np.array([1])], anchor="middle")
+
+
+def test_batched_distances_of_a_long_deep_sentence_equal_the_definition():
+    """70 words on one path (distances in int16, 70 levels) beside a short sentence, both padding sides."""
+    chain = np.append(np.arange(2, 71), 0)  # word w's head is word w + 1
+    pieces = np.repeat(np.arange(70), np.random.default_rng(0).integers(1, 3, size=70))
+    encoded = [encode_piece_tree(chain, pieces), encode_piece_tree([2, 0, 2], [0, 1, 1, 2])]
+    for left_pad in (False, True):
+        distance, lengths = batch_encoded_tree_distances(encoded, left_pad=left_pad)
+        assert distance.dtype == torch.int16
+        n = int(lengths[0])
+        assert distance[0].tolist() == piece_tree_distances(chain, pieces).tolist()
+        short = distance[1, -5:, -5:] if left_pad else distance[1, :5, :5]
+        assert short.tolist() == piece_tree_distances([2, 0, 2], [0, 1, 1, 2]).tolist() and n == len(pieces) + 1

@@ -127,15 +127,25 @@ def batch_encoded_tree_distances(trees: Sequence[np.ndarray], append_eos: bool =
     W2 = W + 2
     walked, ancestors = (np.concatenate(a) if a else np.zeros(0, dtype=np.int64)
                          for a in (walked_by_step, ancestors_by_step))
-    depth = np.bincount(walked, minlength=B * W2).reshape(B, W2)
-    # [b, q, a]: node a is q or above q (EOS and padding: themselves only)
-    above = np.zeros((B * W2, W2), dtype=np.float32)
-    above[np.arange(B * W2), np.tile(np.arange(W2), B)] = 1
-    above[walked, ancestors % W2] = 1
-    above = above.reshape(B, W2, W2)
-    common = np.matmul(above, above.transpose(0, 2, 1)).astype(np.int64)  # exact: at most W + 2
+    depth = np.bincount(walked, minlength=B * W2)
     small = smallest_int_type(2 * W + 2)
-    words = (depth[:, :, None] + depth[:, None, :] + 2 - 2 * common).astype(small)  # tree.tree_distances
+    # [b * W2 + a, k]: twice whether node a is k or above k (EOS, padding and unused nodes: themselves only)
+    twice_under = np.zeros((B * W2, W2), dtype=small)
+    twice_under[np.arange(B * W2), np.tile(np.arange(W2), B)] = 2
+    twice_under[ancestors, walked % W2] = 2
+    # rows from the top down (tree.tree_distances): a root is d_k + 2 arcs from word k, through the
+    # virtual root, but 2 fewer from the words under it; a word is one arc further than its parent from
+    # every word, but one closer to the words under it (O(W^2) per sentence, no product of matrices)
+    words = (np.repeat(depth.reshape(B, W2), W2, axis=0) + 2).astype(small) - twice_under
+    parent = np.arange(B * W2)
+    if walked_by_step:
+        parent[walked_by_step[0]] = ancestors_by_step[0]
+    by_depth = np.argsort(depth, kind="stable")
+    level_ends = np.cumsum(np.bincount(depth))
+    for level in range(1, len(level_ends)):
+        nodes = by_depth[level_ends[level - 1]:level_ends[level]]
+        words[nodes] = words[parent[nodes]] + 1 - twice_under[nodes]
+    words = words.reshape(B, W2, W2)
     words[:, W + 1, :] = 0
     words[:, :, W + 1] = 0
     L, lengths, word_rows = _word_rows(W, n_pieces, flat_pw, piece_pos, max_pieces, append_eos,
