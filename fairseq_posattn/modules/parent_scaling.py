@@ -8,13 +8,14 @@ dependency parent (:func:`~fairseq_posattn.structure.tree.piece_parent_positions
 The authors' code (e-bug/pascal, ``MultiheadPascal``) scales the logits after
 the ``1/sqrt(d_h)`` factor, uses this normalised density, and masks padding
 afterwards; their WMT16 En->De setting scales 5 of the 8 heads of the first
-encoder layer.  A product cannot go into the additive mask of PyTorch's
+encoder layer (the code scales the tail of its batch-times-heads axis, the
+last heads when a batch holds one sentence).  A product cannot go into the additive mask of PyTorch's
 fused attention: a layer with this term computes its logits explicitly.
 """
 
+import math
 from typing import Dict, Sequence
 
-import math
 import torch
 from torch import Tensor, nn
 

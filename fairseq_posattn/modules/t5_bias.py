@@ -25,10 +25,11 @@ from .attention_context import AttentionContext
 def relative_position_bucket(relative_position: Tensor, num_buckets: int = 32, max_distance: int = 128) -> Tensor:
     """T5's bidirectional bucket (int64) of each ``relative_position`` (key minus query).
 
-    Keys after the query take buckets ``num_buckets/2 ..``, the others ``0 ..``;
-    within a direction, distances below ``num_buckets/4`` are their own bucket and larger ones
-    ``num_buckets/4 + floor(log(n / (num_buckets/4)) / log(max_distance / (num_buckets/4)) * num_buckets/4)``,
-    at most ``num_buckets/2 - 1``, computed in float32 as the reference does.
+    With ``h = num_buckets // 2`` buckets per direction, keys after the query take buckets
+    ``h ..``, the others (the query itself too) ``0 ..``; within a direction, a distance
+    ``n < e = h // 2`` is bucket ``n`` and a larger one
+    ``e + floor(log(n / e) / log(max_distance / e) * (h - e))``, at most ``h - 1``, computed
+    in float32 as the reference does.
     """
     check_buckets(num_buckets, max_distance)
     half = num_buckets // 2
@@ -47,7 +48,7 @@ def check_buckets(num_buckets: int, max_distance: int) -> None:
                          f"bucket per direction), got {num_buckets}")
     if max_distance <= num_buckets // 4:
         raise ValueError(f"--t5-bias-max-distance ({max_distance}) must exceed the exact distances, "
-                         f"--t5-bias-buckets / 4 = {num_buckets // 4}")
+                         f"--t5-bias-buckets // 4 = {num_buckets // 4}")
 
 
 class T5RelativeBias(nn.Module):
