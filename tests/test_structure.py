@@ -14,9 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fairseq_posattn.structure import (
-    StructureError, batch_encoded_structure, batch_piece_structure, batch_trees_of_pieces,
-    check_tree, decode_piece_tree, encode_piece_tree, piece_structure, piece_word_map,
-    relative_structural_positions, segment_pieces, tree_depths, words_from_pieces,
+    StructureError, batch_encoded_parent_positions, batch_encoded_structure, batch_encoded_tree_distances,
+    batch_piece_structure, batch_trees_of_pieces, check_tree, decode_piece_tree, encode_piece_tree,
+    piece_parent_positions, piece_structure, piece_tree_distances, piece_word_map, relative_structural_positions,
+    segment_pieces, tree_depths, tree_distances, words_from_pieces,
 )
 from fairseq_posattn.structure.batch import smallest_int_type
 from fairseq_posattn.structure.pieces import end_cut_word
@@ -564,3 +565,142 @@ def test_batch_trees_of_pieces_is_parse_then_project():
         [piece_word_map(p, "subword_nmt") for p in pieces], left_pad=True, width=7)
     assert torch.equal(depth, want_depth) and torch.equal(rel, want_rel)
     assert depth.shape == (3, 7) and depth[1].tolist() == [0] * 7  # EOS alone at depth 0
+
+
+# ---------------------------------------------------------------- dependency distances, PASCAL's parents
+
+def naive_tree_distances(heads):
+    """Breadth-first search from every word over the undirected arcs, the roots
+    joined by a virtual root (node n)."""
+    n = len(heads)
+    neighbours = [[] for _ in range(n + 1)]
+    for i, h in enumerate(heads):
+        parent = h - 1 if h else n
+        neighbours[i].append(parent)
+        neighbours[parent].append(i)
+    out = np.zeros((n, n), dtype=np.int64)
+    for start in range(n):
+        seen, frontier, steps = {start}, [start], 0
+        while frontier:
+            for node in frontier:
+                if node < n:
+                    out[start, node] = steps
+            frontier = [m for node in frontier for m in neighbours[node] if m not in seen]
+            seen.update(frontier)
+            steps += 1
+    return out
+
+
+def naive_parent_positions(heads, piece_words, anchor, append_eos, max_pieces):
+    """Bugliarello & Okazaki (2020), Sec. 3, with loops: the parent word's pieces' mean or first."""
+    out = []
+    for w in list(piece_words)[:max_pieces]:
+        parent = heads[w] - 1 if heads[w] else w
+        pieces = [p for p, pw in enumerate(piece_words) if pw == parent]
+        out.append(sum(pieces) / len(pieces) if anchor == "mean" else pieces[0])
+    return out + [len(out)] if append_eos else out
+
+
+def test_figure1_tree_distances():
+    assert tree_distances(FIG1_HEADS).tolist() == [
+        [0, 1, 3, 2, 3, 2],  # Bush: held 1, a 3 (Bush-held-talk-a), talk 2, with 3, Sharon 2
+        [1, 0, 2, 1, 2, 1],
+        [3, 2, 0, 1, 4, 3],
+        [2, 1, 1, 0, 3, 2],
+        [3, 2, 4, 3, 0, 1],
+        [2, 1, 3, 2, 1, 0],
+    ]
+
+
+def test_figure1_piece_distances_and_parents_with_subwords_truncation_and_eos():
+    # "Bush held a tal@@ k with Sharon": the pieces of "talk" are 0 apart; EOS hangs from the virtual root
+    heads, pieces = FIG1_HEADS, np.array([0, 1, 2, 3, 3, 4, 5])
+    distance = piece_tree_distances(heads, pieces)
+    assert distance[3].tolist() == [2, 1, 1, 0, 0, 3, 2, 3]
+    assert distance[7].tolist() == [3, 2, 4, 3, 3, 4, 3, 0]
+    assert piece_tree_distances(heads, pieces, max_pieces=2).tolist() == [[0, 1, 3], [1, 0, 2], [3, 2, 0]]
+    # parents: held (piece 1) for Bush, talk, Sharon and held itself; talk (pieces 3-4) for a; Sharon for with
+    assert piece_parent_positions(heads, pieces).tolist() == [1, 1, 3.5, 1, 1, 6, 1, 7]
+    assert piece_parent_positions(heads, pieces, "root").tolist() == [1, 1, 3, 1, 1, 6, 1, 7]
+    # cut after "a": a keeps the position of talk's pieces; EOS is at position 3
+    assert piece_parent_positions(heads, pieces, max_pieces=3).tolist() == [1, 1, 3.5, 3]
+
+
+def test_forest_trees_are_joined_by_a_virtual_root():
+    assert tree_distances([0, 0, 2]).tolist() == [[0, 2, 3], [2, 0, 1], [3, 1, 0]]
+    assert piece_parent_positions([0, 0, 2], [0, 1, 2], append_eos=False).tolist() == [0, 1, 1]
+
+
+@FAST
+@given(trees())
+def test_tree_distances_match_breadth_first_search(heads):
+    distance = tree_distances(heads)
+    assert np.array_equal(distance, naive_tree_distances(heads))
+
+
+@FAST
+@given(sentences(), st.booleans(), st.one_of(st.none(), st.integers(0, 45)), st.sampled_from(["mean", "root"]))
+def test_piece_distances_and_parents_match_reference(sentence, append_eos, max_pieces, anchor):
+    heads, piece_words = sentence
+    if not len(heads):
+        return
+    kept = list(piece_words)[:max_pieces]
+    words = naive_tree_distances(list(heads))
+    depths = naive_depths(list(heads))
+    want = [[words[q, k] for k in kept] + ([depths[q] + 2] if append_eos else []) for q in kept]
+    if append_eos:
+        want.append([depths[k] + 2 for k in kept] + [0])
+    assert piece_tree_distances(heads, piece_words, append_eos, max_pieces).tolist() == want
+    assert piece_parent_positions(heads, piece_words, anchor, append_eos, max_pieces).tolist() == \
+        naive_parent_positions(list(heads), list(piece_words), anchor, append_eos, max_pieces)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(sentences(), min_size=1, max_size=6), st.booleans(), st.one_of(st.none(), st.integers(0, 45)),
+       st.booleans(), st.one_of(st.none(), st.integers(0, 80)), st.sampled_from(["mean", "root"]))
+def test_batched_distances_and_parents_equal_the_definition(batch, append_eos, max_pieces, left_pad, width,
+                                                            anchor):
+    """Laid out exactly as the structural positions: same cells, lengths, padding side and zeros."""
+    encoded = [encode_piece_tree(h, w) for h, w in batch]
+    options = dict(append_eos=append_eos, max_pieces=max_pieces, left_pad=left_pad, width=width)
+    depth, _, lengths = batch_encoded_structure(encoded, **options)
+    distance, distance_lengths = batch_encoded_tree_distances(encoded, **options)
+    parents, parent_lengths = batch_encoded_parent_positions(encoded, anchor, **options)
+    L = depth.shape[1]
+    assert distance.shape == (len(batch), L, L) and parents.shape == (len(batch), L)
+    assert torch.equal(distance_lengths, lengths) and torch.equal(parent_lengths, lengths)
+    assert distance.dtype == TORCH_TYPE[smallest_int_type(2 * max(len(h) for h, _ in batch) + 2)]
+    assert parents.dtype == torch.float32
+    for b, (h, w) in enumerate(batch):
+        n = int(lengths[b])
+        real = torch.arange(L) >= L - n if left_pad else torch.arange(L) < n
+        if len(h):
+            assert distance[b][real][:, real].tolist() == piece_tree_distances(h, w, append_eos, max_pieces).tolist()
+            assert parents[b, real].tolist() == piece_parent_positions(h, w, anchor, append_eos, max_pieces).tolist()
+        else:  # EOS alone (or nothing)
+            assert not distance[b].any() and parents[b, real].tolist() == [0.0] * n
+        assert not distance[b, ~real].any() and not distance[b, :, ~real].any() and not parents[b, ~real].any()
+
+
+def test_batched_distances_and_parents_refuse_corrupt_trees():
+    for bad, needle in (([np.array([1, 3])], "cycle"), ([np.array([0, 1])], "starts no word"),
+                        ([np.array([5])], "out of range")):
+        for batched in (batch_encoded_tree_distances, batch_encoded_parent_positions):
+            with pytest.raises(StructureError, match=needle):
+                batched(bad)
+    with pytest.raises(ValueError, match="anchor"):
+        batch_encoded_parent_positions([np.array([1])], anchor="middle")
+
+
+def test_batched_distances_of_a_long_deep_sentence_equal_the_definition():
+    """70 words on one path (distances in int16, 70 levels) beside a short sentence, both padding sides."""
+    chain = np.append(np.arange(2, 71), 0)  # word w's head is word w + 1
+    pieces = np.repeat(np.arange(70), np.random.default_rng(0).integers(1, 3, size=70))
+    encoded = [encode_piece_tree(chain, pieces), encode_piece_tree([2, 0, 2], [0, 1, 1, 2])]
+    for left_pad in (False, True):
+        distance, lengths = batch_encoded_tree_distances(encoded, left_pad=left_pad)
+        assert distance.dtype == torch.int16
+        n = int(lengths[0])
+        assert distance[0].tolist() == piece_tree_distances(chain, pieces).tolist()
+        short = distance[1, -5:, -5:] if left_pad else distance[1, :5, :5]
+        assert short.tolist() == piece_tree_distances([2, 0, 2], [0, 1, 1, 2]).tolist() and n == len(pieces) + 1

@@ -53,12 +53,16 @@ class AttentionContext:
         relative_positions: named ``[B or 1, T, T]`` integer tensors (any
             integer type: the batches carry the smallest) of key-minus-query
             positions; ``"sequential"`` is derived on demand.
+        token_positions: named ``[B, T]`` per-token positions (e.g. PASCAL's
+            ``"parents"``), in the right-padded layout.
     """
 
-    def __init__(self, length: int, device: torch.device, relative_positions: Optional[Dict[str, Tensor]] = None):
+    def __init__(self, length: int, device: torch.device, relative_positions: Optional[Dict[str, Tensor]] = None,
+                 token_positions: Optional[Dict[str, Tensor]] = None):
         self.length = length
         self.device = device
         self._relative_positions = dict(relative_positions or {})
+        self._token_positions = dict(token_positions or {})
         self._buckets: Dict[Tuple[str, int, torch.dtype], Tensor] = {}
 
     def relative_positions(self, name: str) -> Tensor:
@@ -69,6 +73,12 @@ class AttentionContext:
             steps = torch.arange(self.length, device=self.device)
             self._relative_positions[name] = (steps[None, :] - steps[:, None]).unsqueeze(0)  # j - i
         return self._relative_positions[name]
+
+    def token_positions(self, name: str) -> Tensor:
+        if name not in self._token_positions:
+            raise KeyError(f"no '{name}' token positions in this batch; the task must provide them "
+                           f"(available: {sorted(self._token_positions)})")
+        return self._token_positions[name]
 
     def buckets(self, name: str, clip: int, dtype: torch.dtype = torch.long) -> Tensor:
         """Rows ``0..2*clip`` of a relative-position table for the named

@@ -2,7 +2,11 @@
 :func:`~fairseq_posattn.structure.tree.piece_structure` (Wang et al. 2019,
 Sec. 3.1, Eq. 5-6), vectorised for the collater (ancestors by repeated parent
 look-ups in one batch-wide array, then row copies from words to pieces) and
-padded like fairseq's source tokens.  ``tests/test_structure.py`` checks every
+padded like fairseq's source tokens; likewise the dependency distances and
+PASCAL's parent positions (Bugliarello & Okazaki 2020, Sec. 3) of
+:func:`~fairseq_posattn.structure.tree.piece_tree_distances` and
+:func:`~fairseq_posattn.structure.tree.piece_parent_positions`.
+``tests/test_structure.py`` checks every
 sentence against the definition, so a rule changed in ``tree.py`` fails until
 it is changed here too (docs/structure.md).
 """
@@ -14,7 +18,7 @@ import torch
 
 from ..errors import fail
 from .pieces import segment_pieces
-from .tree import _HINT_CYCLE, _HINT_HEADS, _check_rule
+from .tree import _HINT_CYCLE, _HINT_HEADS, PARENT_ANCHORS, _check_rule
 
 _HINT_PIECES = ("pass piece_word_map() of the sentence's pieces as piece_words; those "
                 "pieces must spell the tree's words")
@@ -107,6 +111,85 @@ def batch_encoded_structure(trees: Sequence[np.ndarray], rule: str = "figure",
                             ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """:func:`batch_piece_structure` of trees encoded by :func:`.pieces.encode_piece_tree` (the tree files')."""
     _check_options(rule, max_pieces)
+    return _structure(*_decoded(trees), rule, append_eos, max_pieces, left_pad, width)
+
+
+def batch_encoded_tree_distances(trees: Sequence[np.ndarray], append_eos: bool = True,
+                                 max_pieces: Optional[int] = None, left_pad: bool = False,
+                                 width: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    """:func:`~fairseq_posattn.structure.tree.piece_tree_distances` of each of
+    the encoded ``trees`` (:func:`.pieces.encode_piece_tree`), padded like
+    :func:`batch_encoded_structure`'s ``rel``: ``distance [B, L, L]`` in the
+    smallest signed integer type that holds it, padding 0, and int64 ``lengths [B]``."""
+    _check_options("figure", max_pieces)
+    n_words, flat_heads, word_pos, n_pieces, flat_pw, piece_pos = _decoded(trees)
+    B, W, walked_by_step, ancestors_by_step = _walk(n_words, flat_heads, word_pos)
+    W2 = W + 2
+    walked, ancestors = (np.concatenate(a) if a else np.zeros(0, dtype=np.int64)
+                         for a in (walked_by_step, ancestors_by_step))
+    depth = np.bincount(walked, minlength=B * W2)
+    small = smallest_int_type(2 * W + 2)
+    # [b * W2 + a, k]: twice whether node a is k or above k (EOS, padding and unused nodes: themselves only)
+    twice_under = np.zeros((B * W2, W2), dtype=small)
+    twice_under[np.arange(B * W2), np.tile(np.arange(W2), B)] = 2
+    twice_under[ancestors, walked % W2] = 2
+    # rows from the top down (tree.tree_distances): a root is d_k + 2 arcs from word k, through the
+    # virtual root, but 2 fewer from the words under it; a word is one arc further than its parent from
+    # every word, but one closer to the words under it (O(W^2) per sentence, no product of matrices)
+    words = (np.repeat(depth.reshape(B, W2), W2, axis=0) + 2).astype(small) - twice_under
+    parent = np.arange(B * W2)
+    if walked_by_step:
+        parent[walked_by_step[0]] = ancestors_by_step[0]
+    by_depth = np.argsort(depth, kind="stable")
+    level_ends = np.cumsum(np.bincount(depth))
+    for level in range(1, len(level_ends)):
+        nodes = by_depth[level_ends[level - 1]:level_ends[level]]
+        words[nodes] = words[parent[nodes]] + 1 - twice_under[nodes]
+    words = words.reshape(B, W2, W2)
+    words[:, W + 1, :] = 0
+    words[:, :, W + 1] = 0
+    L, lengths, word_rows = _word_rows(W, n_pieces, flat_pw, piece_pos, max_pieces, append_eos,
+                                       left_pad, width)
+    # rows of the pieces' words, then (the matrix being symmetric) their columns as rows
+    rows = words.reshape(B * W2, W2).take(word_rows, axis=0).reshape(B, L, W2)
+    columns = np.ascontiguousarray(rows.transpose(0, 2, 1)).reshape(B * W2, L)
+    return torch.from_numpy(columns.take(word_rows, axis=0).reshape(B, L, L)), torch.from_numpy(lengths)
+
+
+def batch_encoded_parent_positions(trees: Sequence[np.ndarray], anchor: str = "mean", append_eos: bool = True,
+                                   max_pieces: Optional[int] = None, left_pad: bool = False,
+                                   width: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    """:func:`~fairseq_posattn.structure.tree.piece_parent_positions` of each
+    of the encoded ``trees``, padded like :func:`batch_encoded_structure`'s
+    ``depth``: float32 ``parents [B, L]`` (positions within the sentence, not
+    columns: left padding shifts the cells, not the values), padding 0, and
+    int64 ``lengths [B]``."""
+    _check_options("figure", max_pieces)
+    if anchor not in PARENT_ANCHORS:
+        raise ValueError("anchor must be one of %s, got %r" % (PARENT_ANCHORS, anchor))
+    n_words, flat_heads, word_pos, n_pieces, flat_pw, piece_pos = _decoded(trees)
+    _walk(n_words, flat_heads, word_pos)  # refuses cycles
+    words_before = np.cumsum(n_words) - n_words
+    word_of_piece = flat_pw + np.repeat(words_before, n_pieces)  # batch-wide word ids
+    first = np.zeros(len(flat_heads), dtype=np.int64)
+    starts = np.diff(word_of_piece, prepend=-1) != 0
+    first[word_of_piece[starts]] = piece_pos[starts]
+    if anchor == "mean":  # halfway between a word's first and last pieces
+        at = first + (np.bincount(word_of_piece, minlength=len(first)) - 1) / 2
+    else:
+        at = first.astype(np.float64)
+    parent = np.repeat(words_before, n_words) + np.where(flat_heads > 0, flat_heads - 1, word_pos)
+    L, lengths, keep, piece_cells, kept, eos_cells = _layout(n_pieces, piece_pos, max_pieces, append_eos,
+                                                             left_pad, width)
+    parents = np.zeros(len(n_words) * L, dtype=np.float32)
+    parents[piece_cells] = at[parent[word_of_piece]][keep]
+    if append_eos:
+        parents[eos_cells] = kept
+    return torch.from_numpy(parents.reshape(len(n_words), L)), torch.from_numpy(lengths)
+
+
+def _decoded(trees: Sequence[np.ndarray]):
+    """(n_words, flat_heads, word_pos, n_pieces, flat_pw, piece_pos) of encoded trees, heads checked."""
     n_pieces, flat, piece_pos = _ragged(trees, "trees")
     begins = flat != 0
     begun = np.concatenate(([0], np.cumsum(begins)))  # words begun before each piece
@@ -121,30 +204,28 @@ def batch_encoded_structure(trees: Sequence[np.ndarray], rule: str = "figure",
     flat_heads = flat[begins] - 1
     word_pos = np.arange(len(flat_heads)) - np.repeat(words_before, n_words)
     _check_heads(n_words, flat_heads, word_pos)
-    return _structure(n_words, flat_heads, word_pos, n_pieces, flat_pw, piece_pos, rule,
-                      append_eos, max_pieces, left_pad, width)
+    return n_words, flat_heads, word_pos, n_pieces, flat_pw, piece_pos
 
 
-def _structure(n_words, flat_heads, word_pos, n_pieces, flat_pw, piece_pos, rule, append_eos,
-               max_pieces, left_pad, width):
-    """The batch's structure from checked, concatenated heads and piece maps."""
+def _walk(n_words, flat_heads, word_pos):
+    """(B, W, walked_by_step, ancestors_by_step): every word's walk to its root
+    over W + 2 nodes per sentence (W the most words; node W is a virtual word
+    for EOS, its own root after every word, W + 1 one for padding), as
+    batch-wide node ids ``b * (W + 2) + node``; step ``s`` lists the words
+    still climbing and the ancestor ``s`` arcs above each."""
     B = len(n_words)
-    # Word level, over W + 2 nodes per sentence: W is a virtual word for EOS
-    # (its own root, after every word), W + 1 one for padding (zeroed).
     W = int(n_words.max()) if B else 0
     W2 = W + 2
     sent_w = np.repeat(np.arange(B), n_words)
     at_word = sent_w * W2 + word_pos
-    # parents as batch-wide node ids b * W2 + node (roots, EOS and padding are their own)
+    # parents as batch-wide node ids (roots, EOS and padding are their own)
     parent = np.arange(B * W2)
     parent[at_word] = sent_w * W2 + np.where(flat_heads > 0, flat_heads - 1, word_pos)
-    # every word's walk to its root: (word, ancestor) for the words still
-    # climbing, one array of each per step (only nodes with a parent move)
     climbing, above = at_word, at_word
     walked_by_step, ancestors_by_step = [], []
     for _ in range(W2):
         up = parent.take(above)
-        moved = np.flatnonzero(up != above)
+        moved = np.flatnonzero(up != above)  # only nodes with a parent move
         climbing, above = climbing.take(moved), up.take(moved)
         if not len(climbing):
             break
@@ -153,6 +234,41 @@ def _structure(n_words, flat_heads, word_pos, n_pieces, flat_pw, piece_pos, rule
     else:
         b = int(climbing[0]) // W2
         raise fail("batch sentence %d: the heads form a cycle" % b, _HINT_CYCLE)
+    return B, W, walked_by_step, ancestors_by_step
+
+
+def _layout(n_pieces, piece_pos, max_pieces, append_eos, left_pad, width):
+    """Where the pieces and EOS go in the padded ``[B, L]`` batch: (L, lengths,
+    the kept pieces (a mask or slice of the concatenation), their flat cells,
+    the number kept and the flat cells of EOS)."""
+    B = len(n_pieces)
+    truncate = bool(max_pieces is not None and B and max_pieces < n_pieces.max())  # cuts a sentence
+    kept = np.minimum(n_pieces, max_pieces) if truncate else n_pieces
+    lengths = kept + int(append_eos)
+    L = max(int(lengths.max()) if B else 0, width or 0)
+    # flat index of each sentence's first position in [B, L]
+    first = np.arange(B) * L + (L - lengths if left_pad else 0)
+    keep = piece_pos < max_pieces if truncate else slice(None)
+    return L, lengths, keep, np.repeat(first, n_pieces)[keep] + piece_pos[keep], kept, first + kept
+
+
+def _word_rows(W, n_pieces, flat_pw, piece_pos, max_pieces, append_eos, left_pad, width):
+    """(L, lengths, the word node ``b * (W + 2) + w`` of every cell of the ``[B, L]`` batch, flat)."""
+    B = len(n_pieces)
+    L, lengths, keep, piece_cells, _, eos_cells = _layout(n_pieces, piece_pos, max_pieces, append_eos,
+                                                          left_pad, width)
+    word = np.full(B * L, W + 1, dtype=np.int64)
+    word[piece_cells] = flat_pw[keep]
+    if append_eos:
+        word[eos_cells] = W
+    return L, lengths, (np.arange(B)[:, None] * (W + 2) + word.reshape(B, L)).reshape(-1)
+
+
+def _structure(n_words, flat_heads, word_pos, n_pieces, flat_pw, piece_pos, rule, append_eos,
+               max_pieces, left_pad, width):
+    """The batch's structure from checked, concatenated heads and piece maps."""
+    B, W, walked_by_step, ancestors_by_step = _walk(n_words, flat_heads, word_pos)
+    W2 = W + 2
     walked, ancestors = (np.concatenate(a) if a else np.zeros(0, dtype=np.int64)
                          for a in (walked_by_step, ancestors_by_step))
     # a word climbs as many steps as it is deep
@@ -187,18 +303,8 @@ def _structure(n_words, flat_heads, word_pos, n_pieces, flat_pw, piece_pos, rule
     rel_words[:, :, W + 1] = 0
 
     # Piece level: gathers from words (EOS -> word W, padding -> W + 1).
-    truncate = bool(max_pieces is not None and B and max_pieces < n_pieces.max())  # cuts a sentence
-    kept = np.minimum(n_pieces, max_pieces) if truncate else n_pieces
-    lengths = kept + int(append_eos)
-    L = max(int(lengths.max()) if B else 0, width or 0)
-    # flat index of each sentence's first position in [B, L]
-    first = np.arange(B) * L + (L - lengths if left_pad else 0)
-    keep = piece_pos < max_pieces if truncate else slice(None)
-    word = np.full(B * L, W + 1, dtype=np.int64)
-    word[np.repeat(first, n_pieces)[keep] + piece_pos[keep]] = flat_pw[keep]
-    if append_eos:
-        word[first + kept] = W
-    word_rows = (np.arange(B)[:, None] * W2 + word.reshape(B, L)).reshape(-1)
+    L, lengths, word_rows = _word_rows(W, n_pieces, flat_pw, piece_pos, max_pieces, append_eos,
+                                       left_pad, width)
     # the rows of the pieces' words, then their columns: as rel_words is
     # antisymmetric, [b, q, word_j] is -[b, word_j, q], so the columns are
     # the negated transpose of the rows (two row copies and a transpose are

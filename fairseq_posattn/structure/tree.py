@@ -3,7 +3,10 @@ definition of Wang et al. (2019), Sec. 3.1.  The absolute structural position
 of a word is its depth in the dependency tree (Eq. 5, the root at depth 0);
 the relative one of two words follows two hierarchical rules (Eq. 6).
 :func:`piece_structure` carries them to one sentence's subword pieces and
-EOS; :mod:`.batch` is tested to compute the same for whole batches.
+EOS; :func:`piece_tree_distances` does the same for the path lengths of the
+dependency-distance bias, :func:`piece_parent_positions` gives PASCAL's parent
+positions (Bugliarello & Okazaki 2020, Sec. 3); :mod:`.batch` is tested to
+compute the same for whole batches.
 """
 
 from dataclasses import dataclass, field
@@ -132,6 +135,18 @@ def _check_rule(rule: str) -> None:
         raise ValueError("rule must be one of %s, got %r" % (RULES, rule))
 
 
+def _ancestors_or_self(h: np.ndarray, depth: np.ndarray) -> np.ndarray:
+    """``[n, n]`` bool of checked heads ``h``: ``[q, a]`` is True where word ``a`` is ``q`` or above it."""
+    words = np.arange(len(h))
+    parent = np.where(h == 0, words, h - 1)  # a root is its own parent
+    ancestor_or_self = np.eye(len(h), dtype=bool)
+    above = words
+    for _ in range(depth.max(initial=0)):  # climb one arc per step
+        above = parent[above]
+        ancestor_or_self[words, above] = True
+    return ancestor_or_self
+
+
 def relative_structural_positions(heads: Sequence[int], rule: str = "figure") -> np.ndarray:
     """Relative structural positions (Wang et al. 2019, Sec. 3.1, Eq. 6),
     unclipped: ``out[q, k]`` is key word ``k`` seen from query word ``q``
@@ -147,12 +162,7 @@ def relative_structural_positions(heads: Sequence[int], rule: str = "figure") ->
     _check_rule(rule)
     h, depth = _validated(heads)  # Eq. 5: d_i, the depth of word i
     words = np.arange(len(h))
-    parent = np.where(h == 0, words, h - 1)  # a root is its own parent
-    ancestor_or_self = np.eye(len(h), dtype=bool)  # [q, a]: a is q or above q
-    above = words
-    for _ in range(depth.max(initial=0)):  # climb one arc per step
-        above = parent[above]
-        ancestor_or_self[words, above] = True
+    ancestor_or_self = _ancestors_or_self(h, depth)
     one_path = ancestor_or_self | ancestor_or_self.T  # Eq. 6: the condition of rule 1
     sign = np.sign(words[None, :] - words[:, None])  # sign(k - q)
     d_q, d_k = depth[:, None], depth[None, :]
@@ -185,6 +195,61 @@ def piece_structure(heads: Sequence[int], piece_words: Sequence[int], rule: str 
     with_eos[:-1, -1] = piece_depth + eos_depth  # Eq. 6, rule 2, EOS after the piece
     with_eos[-1, :-1] = -(piece_depth + eos_depth)  # Eq. 6, rule 2, the piece before EOS
     return np.append(piece_depth, eos_depth), with_eos
+
+
+def tree_distances(heads: Sequence[int]) -> np.ndarray:
+    """Dependency distances ``[n, n]`` (int64): the number of arcs on the path
+    between two words.  Every root hangs from one virtual root (CoNLL-U's
+    HEAD 0), so the words of two trees of a forest are ``d_q + d_k + 2``
+    apart (``d``: :func:`tree_depths`).  With ``c`` the number of words
+    above-or-equal to both, the distance is ``d_q + d_k + 2 - 2 c``.
+    """
+    h, depth = _validated(heads)
+    above = _ancestors_or_self(h, depth).astype(np.int64)
+    return depth[:, None] + depth[None, :] + 2 - 2 * (above @ above.T)
+
+
+def piece_tree_distances(heads: Sequence[int], piece_words: Sequence[int], append_eos: bool = True,
+                         max_pieces: Optional[int] = None) -> np.ndarray:
+    """One sentence's :func:`tree_distances` ``[P, P]`` over its pieces, laid
+    out as :func:`piece_structure`'s: pieces take their word's distances (the
+    pieces of one word are 0 apart); EOS hangs from the virtual root like a
+    root, ``d + 2`` from a piece at depth ``d``."""
+    depth = tree_depths(heads)
+    kept = np.asarray(piece_words, dtype=np.int64)[:max_pieces]  # --truncate-source
+    distance = tree_distances(heads)[np.ix_(kept, kept)]
+    if not append_eos:
+        return distance
+    to_eos = depth[kept] + 2
+    return np.block([[distance, to_eos[:, None]], [to_eos[None, :], np.zeros((1, 1), np.int64)]])
+
+
+PARENT_ANCHORS = ("mean", "root")
+
+
+def piece_parent_positions(heads: Sequence[int], piece_words: Sequence[int], anchor: str = "mean",
+                           append_eos: bool = True, max_pieces: Optional[int] = None) -> np.ndarray:
+    """PASCAL's parent position ``p_i`` of every piece (Bugliarello & Okazaki
+    2020, Sec. 3; float64 ``[P]``, 0-based piece positions): the pieces of a
+    word take the word's parent (a root is its own parent), placed at the
+    middle of that word's pieces (``anchor="mean"``, the mean of their
+    positions) or at its first piece (``"root"``).  Positions are the full
+    sentence's, also of pieces that ``max_pieces`` cuts off; EOS is its own
+    parent (in the authors' code, tokens without a tag point at EOS's
+    column)."""
+    if anchor not in PARENT_ANCHORS:
+        raise ValueError("anchor must be one of %s, got %r" % (PARENT_ANCHORS, anchor))
+    h, _ = _validated(heads)
+    piece_words = np.asarray(piece_words, dtype=np.int64)
+    words = np.arange(len(h))
+    first = np.searchsorted(piece_words, words, side="left")
+    if anchor == "mean":  # a word's pieces are consecutive: their mean is halfway
+        at = (first + np.searchsorted(piece_words, words, side="right") - 1) / 2
+    else:
+        at = first.astype(np.float64)
+    parent = np.where(h == 0, words, h - 1)
+    positions = at[parent][piece_words[:max_pieces]]
+    return np.append(positions, len(positions)) if append_eos else positions
 
 
 def collapse_multiword_tokens(n_tokens: int, token_of_word: Sequence[int], word_heads: Sequence[int],
