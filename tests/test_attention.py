@@ -9,8 +9,7 @@ import pytest
 import torch
 from fairseq.modules import MultiheadAttention
 
-from fairseq_posattn.kernels import dispatch
-from fairseq_posattn.modules import AttentionContext, PositionAttentionConfig
+from fairseq_posattn.modules import AttentionContext, PositionAttentionConfig, kernel_choice
 from fairseq_posattn.modules.attention import PositionAwareSelfAttention
 from fairseq_posattn.modules.convolved_attention import ConvolvedAttention1d
 
@@ -24,7 +23,7 @@ def right_padding_mask(lengths, total):
 
 def chosen(attn, query, need_weights=False):
     """The name of the kernel that computes a call of ``attn`` on ``query``."""
-    return dispatch.attention_kernel(attn, query, need_weights).name
+    return kernel_choice.attention_kernel(attn, query, need_weights)
 
 
 def build(dtype=torch.float64, layer_index=0, **options):
