@@ -283,7 +283,8 @@ def test_auto_hands_trainable_score_terms_to_sdpa_on_cuda_in_half_precision(dtyp
     explicit path, ``auto`` runs trainable score terms in PyTorch's fused
     attention; in float32 (and on the CPU: the test above) explicitly. Asking
     for the weights, or for ``explicit``, still gets the explicit path."""
-    cuda_query = types.SimpleNamespace(is_cuda=True, dtype=dtype, requires_grad=True)
+    cuda_query = types.SimpleNamespace(is_cuda=True, device=torch.device("cuda"), dtype=dtype,
+                                       requires_grad=True)
     for name in ("P", "R", "PR", "bilan", "shaw_keys_only"):
         attn = build(**OPTION_SETS[name])
         assert chosen(attn, cuda_query, False) == path, name
