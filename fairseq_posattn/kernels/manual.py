@@ -16,15 +16,16 @@ FLAGS = {ATTENTION: "--encoder-attention-kernel", RECURRENCE: "--encoder-recurre
 @dataclass(frozen=True)
 class Entry:
     """One kernel of a ``layer``: the flag value ``option`` that asks for it
-    (None: a candidate), what it ``computes``, where ``auto`` takes it, its
-    ``home``; a candidate's ``verdict`` and the flag value it once had."""
+    (None: a candidate), what it ``computes``, its code's ``home``, where
+    ``auto`` takes it; a candidate's ``verdict`` and the flag value it once had
+    (``removed_option``)."""
 
     name: str
     layer: str
     option: Optional[str]
     computes: str
-    auto: str
     home: str
+    auto: str = ""
     verdict: str = ""
     removed_option: Optional[str] = None
 
@@ -76,18 +77,19 @@ CANDIDATES = (
     Entry(name="onlstm_persistent", layer=RECURRENCE, option=None,
           computes="every time step of a layer in one Triton launch each way, the programs sharing each step's "
                    "matmul with a barrier between phases",
-          auto="", home="fairseq_posattn.kernels.candidates.onlstm_persistent", removed_option="persistent",
+          home="fairseq_posattn.kernels.candidates.onlstm_persistent", removed_option="persistent",
           verdict=_VERDICT.format(rival="onlstm_triton", bench=_RECURRENT_BENCH.format("persistent"))),
     Entry(name="onlstm_cuda_graphs", layer=RECURRENCE, option=None,
           computes="onlstm_triton's steps replayed from CUDA graphs, the batch padded to multiples of 8 sentences "
                    "and steps",
-          auto="", home="fairseq_posattn.kernels.candidates.onlstm_cuda_graphs", removed_option="graph",
+          home="fairseq_posattn.kernels.candidates.onlstm_cuda_graphs", removed_option="graph",
           verdict=_VERDICT.format(rival="onlstm_triton", bench=_RECURRENT_BENCH.format("graph"))),
     Entry(name="conv1d_triton", layer=ATTENTION, option=None,
           computes="the 1d convolved attention (softmax, masks, convolution along the queries as matmuls, ReLU, "
                    "dropout) in Triton kernels, after any score terms, without value terms",
-          auto="", home="fairseq_posattn.kernels.candidates.convolved_1d", removed_option="triton",
-          verdict=_VERDICT.format(rival="the explicit path", bench="fairseq-posattn-bench --rows conv1d,conv1d-triton")),
+          home="fairseq_posattn.kernels.candidates.convolved_1d", removed_option="triton",
+          verdict=_VERDICT.format(rival="the explicit path",
+                                  bench="fairseq-posattn-bench --rows conv1d,conv1d-triton")),
 )
 REMOVED_IN = "0.3.0"
 # flag values removed without a candidate: why

@@ -100,12 +100,13 @@ def choose_attention(option: str, terms: Terms, device: torch.device, dtype: tor
     # triton (or a candidate) asked for, or auto on CUDA where Triton is installed: the Triton kernel
     # that computes the layer's terms, in float32, float16 or bfloat16; on the CPU only in Triton's interpreter
     asked = [k.name for k in kernels(ATTENTION, "triton")] if option in ("auto", "triton") else [option]
-    fast = next((name for name in asked if name in TRITON_KERNELS and serves(name, terms)), None)
+    triton_kernel = next((name for name in asked if name in TRITON_KERNELS and serves(name, terms)), None)
     cuda = device.type == "cuda"
-    if fast and dtype in triton_common.DTYPES and (option != "auto" or (cuda and unavailable(fast) is None)):
+    if triton_kernel and dtype in triton_common.DTYPES and (
+            option != "auto" or (cuda and unavailable(triton_kernel) is None)):
         if cuda or triton_common.interpreted():
-            return fast
-        _warn_once(f"{fast} (--encoder-attention-kernel {option}): the Triton kernels run on CUDA tensors "
+            return triton_kernel
+        _warn_once(f"{triton_kernel} (--encoder-attention-kernel {option}): the Triton kernels run on CUDA tensors "
                    f"(or in Triton's interpreter, TRITON_INTERPRET=1); on {device} the explicit path computes "
                    "the same function")
     # probability or value terms: the explicit path
@@ -189,9 +190,9 @@ def describe(layer: str, option: str, device: torch.device, dtype: torch.dtype, 
     if layer == RECURRENCE:
         return here + recurrent_kernel(option, device, dtype)
     groups = {}  # (in training, in inference): the layers' numbers
-    for number, layer_terms in enumerate(terms, 1):
-        training, inference = (choose_attention(option, layer_terms, device, dtype, False, score_grad)
-                               for score_grad in (len(layer_terms[0]) > 0, False))
+    for number, its_terms in enumerate(terms, 1):
+        training, inference = (choose_attention(option, its_terms, device, dtype, False, score_grad)
+                               for score_grad in (len(its_terms[0]) > 0, False))
         groups.setdefault((training, inference), []).append(number)
     return here + ", ".join(
         ("" if len(groups) == 1 else f"layer{'s' * (len(numbers) > 1)} {_spans(numbers)} ")
