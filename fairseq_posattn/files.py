@@ -3,12 +3,14 @@
 Every file that a long job writes (parse chunks, merged parses, tokenized
 text, hypotheses, scores) goes through :func:`atomic_output`, so a killed job
 never leaves a half-written file that looks finished, and a rerun can trust
-whatever it finds.
+whatever it finds.  Text files are read line by line with
+:func:`stream_lines` (or whole, :func:`read_lines`).
 """
 
 import contextlib
 import os
 import tempfile
+from typing import Iterator, List
 
 
 def _fsync_dir(path: str) -> None:
@@ -50,3 +52,14 @@ def atomic_output(path: str, mode: str = "w"):
             os.unlink(tmp)
         raise
     _fsync_dir(directory)
+
+
+def stream_lines(path: str) -> Iterator[str]:
+    """The lines of the UTF-8 text file ``path``, without their newlines."""
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            yield line.rstrip("\n")
+
+
+def read_lines(path: str) -> List[str]:
+    return list(stream_lines(path))

@@ -9,8 +9,7 @@ import pytest
 import torch
 from fairseq.modules import MultiheadAttention
 
-from fairseq_posattn.kernels import dispatch
-from fairseq_posattn.modules import AttentionContext, PositionAttentionConfig
+from fairseq_posattn.modules import AttentionContext, PositionAttentionConfig, kernel_choice
 from fairseq_posattn.modules.attention import PositionAwareSelfAttention
 from fairseq_posattn.modules.convolved_attention import ConvolvedAttention1d
 
@@ -24,7 +23,7 @@ def right_padding_mask(lengths, total):
 
 def chosen(attn, query, need_weights=False):
     """The name of the kernel that computes a call of ``attn`` on ``query``."""
-    return dispatch.attention_kernel(attn, query, need_weights).name
+    return kernel_choice.attention_kernel(attn, query, need_weights)
 
 
 def build(dtype=torch.float64, layer_index=0, **options):
@@ -284,7 +283,8 @@ def test_auto_hands_trainable_score_terms_to_sdpa_on_cuda_in_half_precision(dtyp
     explicit path, ``auto`` runs trainable score terms in PyTorch's fused
     attention; in float32 (and on the CPU: the test above) explicitly. Asking
     for the weights, or for ``explicit``, still gets the explicit path."""
-    cuda_query = types.SimpleNamespace(is_cuda=True, dtype=dtype, requires_grad=True)
+    cuda_query = types.SimpleNamespace(is_cuda=True, device=torch.device("cuda"), dtype=dtype,
+                                       requires_grad=True)
     for name in ("P", "R", "PR", "bilan", "shaw_keys_only"):
         attn = build(**OPTION_SETS[name])
         assert chosen(attn, cuda_query, False) == path, name

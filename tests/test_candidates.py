@@ -1,6 +1,6 @@
 """The candidate kernels (``fairseq_posattn/kernels/candidates``) against the
 definitions their production rivals are tested against, and how they are
-reached: by :func:`fairseq_posattn.kernels.candidates.use` (the benchmarks),
+reached: by :func:`fairseq_posattn.modules.candidates.use` (the benchmarks),
 never by a flag.
 
 * ``onlstm_persistent``: every step in one launch (on the CPU one launch per
@@ -32,8 +32,9 @@ from test_convolved_kernel import (  # noqa: E402
 from test_recurrent import LENGTHS, assert_kernel_is_the_reference  # noqa: E402
 from test_relative_flash import PADDINGS, assert_kernel_is_the_explicit_path, assert_takes_the_kernel  # noqa: E402
 
-from fairseq_posattn.kernels import candidates, onlstm_triton  # noqa: E402
+from fairseq_posattn.kernels import onlstm_triton  # noqa: E402
 from fairseq_posattn.kernels.candidates import onlstm_cuda_graphs, onlstm_persistent  # noqa: E402
+from fairseq_posattn.modules import candidates  # noqa: E402
 from fairseq_posattn.modules.onlstm_reference import reversal_index  # noqa: E402
 from fairseq_posattn.modules.recurrent import ONLSTM  # noqa: E402
 

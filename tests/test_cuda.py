@@ -17,7 +17,7 @@ from test_recurrent import HIDDEN
 from fairseq_posattn.bench import models as bench
 from fairseq_posattn.models.from_flags import stand_in_dictionary
 from fairseq_posattn.modules import PositionAwareSelfAttention
-from fairseq_posattn.kernels import dispatch
+from fairseq_posattn.kernels import manual
 from fairseq_posattn.modules.recurrent import ONLSTM
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -68,7 +68,7 @@ def loss_and_grads(model, batch, trees, device, autocast=None):
 
 
 # what runs Triton kernels: the flags' value triton, and the candidates (all of them Triton's)
-TRITON = {"triton"} | {candidate.name for candidate in dispatch.CANDIDATES}
+TRITON = {"triton"} | {candidate.name for candidate in manual.CANDIDATES}
 
 
 @contextlib.contextmanager

@@ -1,4 +1,4 @@
-"""The one table of kernels (``fairseq_posattn.kernels.dispatch``) against
+"""The one table of kernels (``fairseq_posattn.kernels.manual``) against
 what faces the user: the flags' choices and help, the build log, the manual's
 tables, and the values removed in 0.3.0, refused on every route (the command
 line, the model build, a saved checkpoint) with their CHANGELOG entry."""
@@ -14,9 +14,10 @@ import torch
 from fairseq import checkpoint_utils
 from fairseq.models import ARCH_MODEL_REGISTRY
 
-from fairseq_posattn.kernels import dispatch
+from fairseq_posattn.kernels import manual
 from fairseq_posattn.models.from_flags import build_model_from_flags, parse_model_flags, stand_in_dictionary
 from fairseq_posattn.models.transformer_posattn import PositionAwareTransformerModel
+from fairseq_posattn.modules import kernel_choice
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 TINY = ["--encoder-embed-dim", "16", "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "16",
@@ -76,35 +77,41 @@ def flag_help(flag: str) -> str:
     return " ".join(parser.format_help().split())
 
 
-@pytest.mark.parametrize("layer", [dispatch.ATTENTION, dispatch.RECURRENCE])
+@pytest.mark.parametrize("layer", [manual.ATTENTION, manual.RECURRENCE])
 def test_the_flags_offer_the_tables_options_with_its_help(layer):
     """The flag's choices are the table's options, its help names every kernel
     of the layer and where ``auto`` takes it; no candidate and no removed value
     is offered."""
-    flag = dispatch.FLAGS[layer]
+    flag = manual.FLAGS[layer]
     text = flag_help(flag)
-    assert f"{flag} {{{','.join(dispatch.OPTIONS[layer])}}}" in text
-    assert " ".join(dispatch.help_text(layer).split()) in text
-    for kernel in dispatch.KERNELS:
+    assert f"{flag} {{{','.join(manual.OPTIONS[layer])}}}" in text
+    assert " ".join(manual.help_text(layer).split()) in text
+    for kernel in manual.KERNELS:
         if kernel.layer == layer:
             assert f"{kernel.name} {' '.join(kernel.auto.split())}" in text or not kernel.auto
             assert kernel.name in text
     for removed in ("persistent", "graph", "compile", "onlstm_persistent", "conv1d_triton"):
-        assert removed not in dispatch.OPTIONS[layer]
+        assert removed not in manual.OPTIONS[layer]
 
 
-@pytest.mark.parametrize("arch, names, absent", [
-    ("onlstm_san_transformer", ["sdpa", "explicit", "onlstm_cpp", "onlstm_triton", "onlstm_reference"],
-     ["shaw_triton", "conv2d_triton"]),
-    ("transformer_struct", ["shaw_triton", "explicit"], ["conv2d_triton", "sdpa", "onlstm_"]),  # Shaw values
+@pytest.mark.parametrize("arch, attention", [
+    ("onlstm_san_transformer", {"cpu": "sdpa", "cuda": "sdpa"}),  # no attention term
+    ("transformer_posattn_p", dict.fromkeys(["cpu", "cuda"], "layer 1 explicit (sdpa in inference), layer 2 sdpa")),
+    ("transformer_struct", {"cpu": "explicit", "cuda": "shaw_triton"}),  # Shaw keys and values
 ])
-def test_the_build_log_names_what_the_flags_run_for_the_models_layers(arch, names, absent, caplog):
+def test_the_build_log_names_the_kernel_each_layer_runs_here(arch, attention, caplog):
+    """The kernel each layer runs on this machine's device in float32 (for
+    attention in training, and in inference where that differs), not auto's
+    rules."""
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     with caplog.at_level(logging.INFO, logger="fairseq_posattn.models.encoder"):
-        build_model_from_flags(["--arch", arch, *TINY], 20)
-    lines = [line for line in caplog.text.splitlines() if "-kernel auto: " in line]
-    text = "\n".join(lines)
-    assert "1 self-attention layers, --encoder-attention-kernel auto: " in text
-    assert all(name in text for name in names) and not any(name in text for name in absent)
+        build_model_from_flags(["--arch", arch, *TINY, "--encoder-layers", "2"], 20)
+    here = f"auto, in float32 on {device.type}: "
+    assert f"2 self-attention layers, --encoder-attention-kernel {here}{attention[device.type]}\n" in caplog.text
+    if arch.startswith("onlstm"):
+        recurrence = kernel_choice.recurrent_kernel("auto", device, torch.float32)
+        assert f"3 ON-LSTM layers, --encoder-recurrent-kernel {here}{recurrence}\n" in caplog.text
+    assert not any(kernel.auto in caplog.text for kernel in manual.KERNELS)
 
 
 def docs_tables():
@@ -121,12 +128,12 @@ def docs_tables():
     return tables
 
 
-def test_the_manuals_kernel_tables_are_the_dispatch_tables():
+def test_the_manuals_kernel_tables_are_the_kernel_manuals():
     """Every table of kernels in docs/ is one that ``python -m
     fairseq_posattn.kernels`` prints (paste it anew after a change), and each
     of those is in some page."""
-    generated = {what or "candidate": dispatch.markdown_table(what) for what in (dispatch.ATTENTION,
-                                                                                  dispatch.RECURRENCE, None)}
+    generated = {what or "candidate": manual.markdown_table(what) for what in (manual.ATTENTION,
+                                                                                manual.RECURRENCE, None)}
     found = docs_tables()
     for where, table in found.items():
         assert table in generated.values(), (f"docs/{where[0]}:{where[1]}: a table of kernels that is not "

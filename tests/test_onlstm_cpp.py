@@ -13,7 +13,8 @@ import torch
 
 from test_recurrent import D_MODEL, HIDDEN, _padded_batch
 
-from fairseq_posattn.kernels import dispatch, onednn, onlstm_cpp
+from fairseq_posattn.kernels import onednn, onlstm_cpp
+from fairseq_posattn.modules.kernel_choice import recurrent_kernel
 from fairseq_posattn.modules.recurrent import ONLSTM
 
 if os.environ.get("FAIRSEQ_POSATTN_NO_CPP_CELL", "") not in ("", "0"):
@@ -45,7 +46,7 @@ def test_a_cell_built_elsewhere_or_none_is_named_and_the_reference_runs(monkeypa
         assert not onlstm_cpp.available() and not onlstm_cpp.available()
     assert caplog.text.count("run fairseq-posattn-build-cell") == 1
     assert "built only for torch-2.13.0-avx512-0123456789ab" in caplog.text
-    assert dispatch.recurrent_kernel("auto", torch.device("cpu"), torch.float32).name == "onlstm_reference"
+    assert recurrent_kernel("auto", torch.device("cpu"), torch.float32) == "onlstm_reference"
     with pytest.raises(ValueError, match="--encoder-recurrent-kernel cpu: the C\\+\\+ cell is built only for"):
         ONLSTM(D_MODEL, HIDDEN, kernel="cpu")
     x, lengths = _padded_batch([3, 2], D_MODEL, dtype=torch.float32)

@@ -17,7 +17,8 @@ import pytest
 import torch
 from torch import nn
 
-from fairseq_posattn.kernels import candidates, dispatch, onednn, onlstm_cpp, triton_common
+from fairseq_posattn.kernels import manual, onednn, onlstm_cpp, triton_common
+from fairseq_posattn.modules import candidates, kernel_choice
 from fairseq_posattn.modules.onlstm_reference import cumax, onlstm_reference, reversal_index
 from fairseq_posattn.modules.recurrent import ONLSTM, RecurrentLayer
 
@@ -120,7 +121,7 @@ def assert_kernel_is_the_reference(kernel, lengths, chunk, bidirectional, hidden
     without grad), the gradients of the input and of every parameter (the
     fast path's hand-written backward against autograd's)."""
     torch.manual_seed(len(lengths) + chunk)
-    option = kernel if kernel in dispatch.OPTIONS[dispatch.RECURRENCE] else "auto"
+    option = kernel if kernel in manual.OPTIONS[manual.RECURRENCE] else "auto"
     fast = ONLSTM(D_MODEL, hidden, bidirectional=bidirectional, chunk_size=chunk, kernel=option)
     if option != kernel:
         candidates.use(fast, kernel)
@@ -366,7 +367,7 @@ def test_second_backward_through_the_layer_is_refused(kernel):
     """The fast paths write the gate gradients over the saved gates (behind
     autograd's back, then bump the version): a second backward through the
     same graph must fail, not read them."""
-    reason = dispatch.refusal(dispatch.RECURRENCE, kernel)
+    reason = kernel_choice.refusal(manual.RECURRENCE, kernel)
     if reason:
         pytest.skip(reason)
     device = "cuda" if kernel == "triton" and torch.cuda.is_available() else "cpu"
@@ -384,7 +385,7 @@ def test_auto_chooses_by_device_dtype_and_what_is_installed(monkeypatch):
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
 
     def chosen(option, device, dtype):
-        return dispatch.recurrent_kernel(option, device, dtype).name
+        return kernel_choice.recurrent_kernel(option, device, dtype)
 
     cell = "onlstm_cpp" if onlstm_cpp.available() else "onlstm_reference"
     assert chosen("auto", cpu, torch.float32) == cell
@@ -411,7 +412,7 @@ def test_an_explicit_kernel_that_cannot_run_is_refused_at_build(monkeypatch):
     monkeypatch.setattr(onlstm_cpp, "_loaded", {"reason": "the C++ cell is not built: run fairseq-posattn-build-cell"})
     with pytest.raises(ValueError, match="--encoder-recurrent-kernel cpu: the C\\+\\+ cell is not built"):
         ONLSTM(D_MODEL, HIDDEN, kernel="cpu")
-    assert dispatch.recurrent_kernel("auto", torch.device("cpu"), torch.float32).name == "onlstm_reference"
+    assert kernel_choice.recurrent_kernel("auto", torch.device("cpu"), torch.float32) == "onlstm_reference"
     assert ONLSTM(D_MODEL, HIDDEN).kernel == "auto"
 
 

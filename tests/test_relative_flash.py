@@ -28,7 +28,8 @@ from test_attention import (  # noqa: E402
     EMBED, HEADS, OPTION_SETS, build, chosen, reference_attention, right_padding_mask,
 )
 
-from fairseq_posattn.kernels import candidates, dispatch, triton_common  # noqa: E402
+from fairseq_posattn.kernels import manual, triton_common  # noqa: E402
+from fairseq_posattn.modules import candidates, kernel_choice  # noqa: E402
 from fairseq_posattn.kernels.triton_common import draw_seed, kept, padded  # noqa: E402
 from fairseq_posattn.modules import AttentionContext  # noqa: E402
 
@@ -81,7 +82,7 @@ PADDINGS = {
 
 def on_kernel(attn, kernel):
     """``attn`` on ``kernel``: an option of --encoder-attention-kernel, or a candidate's name."""
-    if kernel in dispatch.OPTIONS[dispatch.ATTENTION]:
+    if kernel in manual.OPTIONS[manual.ATTENTION]:
         attn.kernel = kernel
     else:
         candidates.use(attn, kernel)
@@ -247,7 +248,7 @@ def assert_takes_the_kernel(options, name, takes, kernel="triton"):
     ``explicit``.  A candidate is refused by the layers it does not compute."""
     attn = build(dtype=torch.float32, **options)
     query = torch.empty(1, device=DEVICE)
-    candidate = kernel not in dispatch.OPTIONS[dispatch.ATTENTION]
+    candidate = kernel not in manual.OPTIONS[manual.ATTENTION]
     assert (chosen(attn, query) == name) == (DEVICE == "cuda" and takes and not candidate)
     if candidate and not takes:
         with pytest.raises(ValueError, match=f"the candidate {kernel} computes no layer of this model"):
@@ -273,9 +274,9 @@ def test_a_cpu_tensor_outside_the_interpreter_takes_the_explicit_path(monkeypatc
     explicit = copy.deepcopy(attn)
     explicit.kernel = "explicit"
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    dispatch._warn_once.cache_clear()  # the warning is once per process: forget earlier tests' (no other way)
+    kernel_choice._warn_once.cache_clear()  # the warning is once per process: forget earlier tests' (no other way)
     x = torch.randn(4, 2, EMBED)
-    with caplog.at_level(logging.WARNING, logger=dispatch.__name__):
+    with caplog.at_level(logging.WARNING, logger=kernel_choice.__name__):
         assert chosen(attn, x) == "explicit"
         torch.testing.assert_close(attn(x)[0], explicit(x)[0])
         attn(x)

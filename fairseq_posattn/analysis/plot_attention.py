@@ -22,7 +22,7 @@ import numpy as np  # noqa: E402
 from matplotlib.patches import Arc  # noqa: E402
 
 from fairseq_posattn.analysis.attention_maps import sentence_attention  # noqa: E402
-from fairseq_posattn.recipes.corpus import read_lines  # noqa: E402
+from fairseq_posattn.files import read_lines  # noqa: E402
 from fairseq_posattn.analysis.source import (  # noqa: E402
     CheckpointEncoder,
     add_source_args,

@@ -15,14 +15,8 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-# importing fairseq leaves the root logger at DEBUG, where matplotlib chatters
-logging.getLogger("matplotlib").setLevel(logging.WARNING)
-import matplotlib  # noqa: E402
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from ..recipes.train_log import Validation, read_log  # noqa: E402
+from ..figures import label_panel, panel_grid, plt
+from ..recipes.train_log import Validation, read_log
 
 PANEL_SIZE = (5.0, 3.5)  # inches, one (metric, x-axis) panel
 
@@ -42,33 +36,6 @@ def _time_unit(seconds: float):
     if seconds < 36000:
         return "min", 60.0
     return "h", 3600.0
-
-
-def panel_grid(count: int, cols: int, panel_size, **subplots):
-    """A figure of ``count`` panels in rows of ``cols``: the figure and the
-    panels in reading order (the grid's unused places hidden)."""
-    cols = min(cols, count)
-    rows = (count + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(panel_size[0] * cols, panel_size[1] * rows),
-                             squeeze=False, layout="constrained", **subplots)
-    flat = [ax for row in axes for ax in row]
-    for ax in flat[count:]:
-        ax.set_visible(False)
-    for ax in flat[:count]:  # shared axes label only the bottom row, which may be hidden
-        ax.tick_params(labelbottom=True)
-    return fig, flat[:count]
-
-
-def label_panel(ax, title: str, xlabel: str, ylabel: str, empty: str, legend_size="small"):
-    """Title, axis labels and grid; a legend, or ``empty`` where nothing was drawn."""
-    ax.set_title(title, fontsize="small")
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.grid(alpha=0.3)
-    if ax.lines:
-        ax.legend(fontsize=legend_size)
-    else:
-        ax.text(0.5, 0.5, empty, ha="center", va="center", transform=ax.transAxes)
 
 
 def plot_runs(runs: Dict[str, List[Validation]], metrics: Sequence[str], out: str,

@@ -18,7 +18,7 @@ from torch import Tensor
 from tqdm import tqdm
 
 from ..errors import at_least_one
-from ..recipes.corpus import read_lines
+from ..files import read_lines
 from .source import CheckpointEncoder, SourceSentence, add_source_args, run_command
 
 PARTS = ("recurrent", "san", "final")

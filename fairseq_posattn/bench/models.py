@@ -31,8 +31,8 @@ from torch.nn.attention import SDPBackend
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from ..models.from_flags import build_model_from_flags, stand_in_dictionary
-from ..kernels import candidates
 from ..kernels.candidates import onlstm_cuda_graphs
+from ..modules import candidates
 from ..structure import batch_trees_of_pieces
 from ..structure.control_trees import random_projective_heads
 from .timing import (PHASES, TIME_COLUMNS, Timer, add_precision_arguments, add_timing_arguments, console_script,

@@ -20,11 +20,13 @@ from fairseq_posattn.bench.timing import (PHASES, TIME_COLUMNS, Timer, add_preci
                                           console_script, finish, first_calls, interleaved, phase_figures, synchronize,
                                           time_cells)
 from fairseq_posattn.bench.verdict import run_notes
-from fairseq_posattn.kernels import candidates, dispatch, onednn
+from fairseq_posattn.kernels import manual, onednn
+from fairseq_posattn.modules import candidates
+from fairseq_posattn.modules.kernel_choice import recurrent_kernel
 from fairseq_posattn.modules.recurrent import RecurrentLayer
 
 # the recurrence's candidates, which --kernels times on CUDA besides the kernel auto takes
-CANDIDATES = [k.name for k in dispatch.CANDIDATES if k.layer == dispatch.RECURRENCE]
+CANDIDATES = [k.name for k in manual.CANDIDATES if k.layer == manual.RECURRENCE]
 
 
 def candidate_kernels(text: str) -> List[str]:
@@ -92,10 +94,10 @@ def build(args):
     reference = lstm_label(args)
     rows = {reference: Row(lstm, lambda: lstm(x)[0], reference)}
     layers = [("LSTM layer", "lstm", "auto"), (ONLSTM, "onlstm", "auto")]
-    fast = dispatch.recurrent_kernel("auto", x.device, x.dtype)
-    if fast is dispatch.ONLSTM_TRITON:
+    fast = recurrent_kernel("auto", x.device, x.dtype)
+    if fast == "onlstm_triton":
         layers += [(name, "onlstm", name) for name in args.kernels]
-    if fast is not dispatch.ONLSTM_REFERENCE:
+    if fast != "onlstm_reference":
         layers.append(("ON-LSTM, reference", "onlstm", "reference"))
     for label, cell, kernel in layers:
         candidate = kernel if kernel in CANDIDATES else None

@@ -3,92 +3,25 @@
 fairseq 0.12's ``Dictionary.encode_line`` (and fairseq-fixed 0.12.3.1's) gives
 the words ``<s>``, ``<pad>`` and ``</s>`` typed in a text the symbols' ids: a
 typed ``<pad>`` is masked out as padding, a ``</s>`` ends the sentence inside
-it, and a score depends on the sentences batched with it.  These texts are no
-words of the vocabulary, so the plugin reads them as the unknown word and
-warns, naming where; it does not refuse them (a web corpus holds ``<s>`` as a
-markup tag), and the line keeps its length, so its tree still fits it.
-:func:`install` does this for the hub (``GeneratorHubInterface.binarize``) and
-``--dataset-impl raw`` (``IndexedRawTextDataset.read_data``);
-fairseq-interactive (:mod:`.interactive_lines`) and fairseq-posattn-preprocess
-(:func:`binarizing_as_unknown`) use :func:`as_unknown`.  Plain
-fairseq-preprocess writes the symbols' ids, without a warning.
+it, and a score depends on the sentences batched with it.  :func:`install`
+applies the plugin's policy (:mod:`fairseq_posattn.data.reserved_symbols`:
+read as the unknown word, with a warning naming where) to the hub
+(``GeneratorHubInterface.binarize``) and ``--dataset-impl raw``
+(``IndexedRawTextDataset.read_data``); fairseq-interactive
+(:mod:`.interactive_lines`) and fairseq-posattn-preprocess apply it too.
+Plain fairseq-preprocess writes the symbols' ids, without a warning.
 """
 
-import contextlib
 import functools
 import logging
-from typing import FrozenSet, List, Sequence, Tuple
 
 import torch
 
+from ..data.reserved_symbols import READ_AS, as_unknown, reserved_texts, warn_lines
 from ..errors import quoted
 from .patching import wrap_once
 
 logger = logging.getLogger(__name__)
-
-READ_AS = "read as <unk>: a reserved symbol of the dictionary is no word"
-
-
-def reserved_texts(dictionary) -> FrozenSet[str]:
-    """The texts of ``dictionary``'s special symbols but ``<unk>``."""
-    return frozenset(dictionary.symbols[:dictionary.nspecial]) - {dictionary.unk_word}
-
-
-def as_unknown(words: Sequence[str], dictionary) -> Tuple[List[str], List[str]]:
-    """``words`` with every reserved symbol's text replaced by ``<unk>``, and
-    the texts replaced (each once, in order)."""
-    reserved = reserved_texts(dictionary)
-    found = list(dict.fromkeys(w for w in words if w in reserved))
-    if not found:
-        return list(words), []
-    return [dictionary.unk_word if w in reserved else w for w in words], found
-
-
-def _tokenize_as_unknown(line: str, dictionary) -> List[str]:
-    from fairseq.tokenizer import tokenize_line
-
-    return as_unknown(tokenize_line(line), dictionary)[0]
-
-
-def reserved_lines(path: str, dictionary) -> List[int]:
-    """The 1-based numbers of the lines of ``path`` (read as fairseq's
-    binarizer reads it) that hold a reserved symbol's text as a word."""
-    reserved = reserved_texts(dictionary)
-    with open(path, encoding="utf-8", errors="surrogateescape") as f:
-        return [n for n, line in enumerate(f, 1)
-                if "<" in line and not reserved.isdisjoint(line.split())]
-
-
-@contextlib.contextmanager
-def binarizing_as_unknown(paths: Sequence[str]):
-    """fairseq-preprocess (``fairseq_cli.preprocess.main``) run inside binarizes
-    reserved symbols' texts as ``<unk>``; each of ``paths`` that holds them is
-    named in a warning first."""
-    from fairseq.binarizer import VocabularyDatasetBinarizer
-    from fairseq.data import Dictionary
-    from fairseq_cli import preprocess
-
-    for path in paths:
-        _warn_lines(path, reserved_lines(path, Dictionary()), reserved_texts(Dictionary()))
-
-    def binarizer(vocab, **kwargs):
-        # a partial of a module function: --workers pickles the binarizer to its processes
-        tokenize = functools.partial(_tokenize_as_unknown, dictionary=vocab)
-        return VocabularyDatasetBinarizer(vocab, tokenize=tokenize, **kwargs)
-
-    preprocess.VocabularyDatasetBinarizer = binarizer
-    try:
-        yield
-    finally:
-        preprocess.VocabularyDatasetBinarizer = VocabularyDatasetBinarizer
-
-
-def _warn_lines(path: str, lines: Sequence[int], texts) -> None:
-    if lines:
-        logger.warning("%s: %d line(s) hold a reserved symbol's text (%s) as a word (lines "
-                       "%s%s): %s", path, len(lines), ", ".join(sorted(texts)),
-                       ", ".join(map(str, lines[:10])), ", ..." if len(lines) > 10 else "",
-                       READ_AS)
 
 
 def _hub_binarize(binarize):
@@ -118,7 +51,7 @@ def _raw_text_read_data(read_data):
             if typed.any():
                 words[typed] = dictionary.unk()
                 lines.append(n)
-        _warn_lines(path, lines, texts)
+        warn_lines(path, lines, texts)
 
     return wrapper
 

@@ -39,7 +39,7 @@ from fairseq.data import Dictionary, data_utils
 from fairseq_cli import preprocess
 from tqdm import tqdm
 
-from ..compat.reserved_symbols import binarizing_as_unknown
+from .reserved_symbols import binarizing_as_unknown
 from ..errors import fail, unusual_characters
 from ..structure import (CONTROL_TREES, SCHEMES, StructureError, encode_piece_tree,
                          piece_word_map, words_from_pieces)

@@ -72,7 +72,7 @@ def markdown_table(results: Dict[str, List[Counts]], train_max: int) -> str:
 def plot(results: Dict[str, List[Counts]], train_max: int, path: str) -> None:
     """Accuracy against the number of operators, one line per model (the
     mean over its seeds, their range shaded)."""
-    from ..analysis.plot_curves import label_panel, plt
+    from ..figures import label_panel, plt
 
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
     xs = list(OPERATORS)

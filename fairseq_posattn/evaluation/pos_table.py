@@ -102,7 +102,7 @@ def treebank_table(directory: Path, results, trainings) -> str:
 def plot_curves(runs, out: str) -> None:
     """Development accuracy against updates: a panel per treebank, a colour per
     variant, a line per seed.  ``runs`` as for :func:`overview_table`."""
-    from ..analysis.plot_curves import label_panel, panel_grid, plt
+    from ..figures import label_panel, panel_grid, plt
 
     fig, axes = panel_grid(len(runs), 2, (5.5, 4.0))
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]

@@ -12,8 +12,8 @@ import argparse
 import json
 import logging
 
+from ..files import read_lines
 from ..metrics import NO_RELATION, micro_scores, relation_counts
-from ..recipes.corpus import read_lines
 
 
 def read_labels(path: str):

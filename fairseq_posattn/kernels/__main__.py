@@ -1,5 +1,5 @@
 """``python -m fairseq_posattn.kernels``: the manual's tables of kernels (attention, recurrence, candidates)."""
 
-from .dispatch import ATTENTION, RECURRENCE, markdown_table
+from .manual import ATTENTION, RECURRENCE, markdown_table
 
 print("\n\n".join(markdown_table(layer) for layer in (ATTENTION, RECURRENCE, None)))

@@ -200,15 +200,6 @@ def convolved_attention(conv: Convolution, logits: Tensor, key_padding_mask, wei
     return _ConvolvedAttention.apply(logits, key_padding_mask, weight, bias, dropout_p, seed, out_dtype, conv)
 
 
-def computes_convolution(kind: type) -> Callable[..., bool]:
-    """Whether kernels of the convolution ``kind`` (a probability term's type)
-    compute a layer: that convolution its one probability term, no value terms."""
-    def computes(score_terms, probability_terms, value_terms) -> bool:
-        return len(probability_terms) == 1 and len(value_terms) == 0 and type(probability_terms[0]) is kind
-
-    return computes
-
-
 def _filter_grads_2d(probs: Tensor, grad_z: Tensor, slots: Tensor, heads: int):
     sums = slots.view(-1, heads, slots.size(1), 10).sum((0, 2))  # per head: 9 filter taps, bias
     return sums[:, :9].view(heads, 1, 3, 3), sums[:, 9]

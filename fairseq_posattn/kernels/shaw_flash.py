@@ -12,15 +12,14 @@ keeps each row's dropped mass per bucket for the value tables; the backward
 recomputes ``p`` and the dropout mask (docs/architectures.md).
 """
 
-from typing import List, Optional, Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
-from ..modules.relative_positions import RelativeKeys, RelativeValues
 from .triton_common import interpreted, padded, triton
 
-__all__ = ["bucket_dtype", "computes_layer", "shaw_flash_attention", "shaw_pairs"]
+__all__ = ["bucket_dtype", "shaw_flash_attention"]
 
 if triton is not None:
     import triton.language as tl
@@ -278,26 +277,6 @@ if triton is not None:
             dv += tl.dot(tl.trans(dropped).to(do.dtype), do, input_precision=PRECISION)
         _store_tile(DK + base, dk * scale, cols, dims, stride_t, T, D)
         _store_tile(DV + base, dv, cols, dims, stride_t, T, D)
-
-
-def shaw_pairs(score_terms: Sequence[nn.Module], value_terms: Sequence[nn.Module]
-               ) -> Optional[List[Tuple[RelativeKeys, RelativeValues]]]:
-    """The Shaw (keys, values) pairs of one or two position sets when they are
-    all of a layer's score and value terms (what the kernel computes), else None."""
-    if len(score_terms) != len(value_terms) or not 1 <= len(value_terms) <= 2:
-        return None
-    pairs = list(zip(score_terms, value_terms))
-    for keys, values in pairs:
-        if (type(keys) is not RelativeKeys or type(values) is not RelativeValues
-                or (keys.positions, keys.clip) != (values.positions, values.clip)):
-            return None
-    return pairs
-
-
-def computes_layer(score_terms: Sequence[nn.Module], probability_terms: Sequence[nn.Module],
-                   value_terms: Sequence[nn.Module]) -> bool:
-    """Whether the kernel computes a layer with these terms: Shaw keys and values alone (:func:`shaw_pairs`)."""
-    return len(probability_terms) == 0 and shaw_pairs(score_terms, value_terms) is not None
 
 
 def bucket_dtype(clip: int) -> torch.dtype:

@@ -15,11 +15,12 @@ from fairseq.modules.quant_noise import quant_noise as apply_quant_noise
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from ..kernels import dispatch
+from ..kernels.manual import ATTENTION, RECURRENCE
 from ..modules.attention import PositionAwareSelfAttention
 from ..modules.attention_config import PositionAttentionConfig
 from ..modules.attention_context import AttentionContext, gather_time, right_padding_order
 from ..modules.encoder_layer import PositionAwareEncoderLayer
+from ..modules.kernel_choice import describe, layer_terms
 from ..modules.quant_noise import quant_noise_on
 from ..modules.recurrence_config import RecurrenceConfig
 from ..modules.recurrent import RecurrentLayer
@@ -112,15 +113,17 @@ class PositionAwareEncoder(FairseqEncoder):
         return self.attention_cfg.uses_structure()
 
     def _log_kernels(self, attention_cfg: PositionAttentionConfig, recurrence_cfg: RecurrenceConfig) -> None:
-        """The build log's lines: what the kernel flags run here (:func:`..kernels.dispatch.describe`)."""
+        """The build log's lines: the kernel each layer runs on this machine's device (CUDA where there is one)
+        in float32 (:func:`..modules.kernel_choice.describe`)."""
+        device, dtype = torch.device("cuda" if torch.cuda.is_available() else "cpu"), torch.float32
         attention = [m for m in self.layers.modules() if isinstance(m, PositionAwareSelfAttention)]
         if attention:
-            terms = [(m.score_terms, m.probability_terms, m.value_terms) for m in attention]
             logger.info("%d self-attention layers, %s", len(attention),
-                        dispatch.describe(dispatch.ATTENTION, attention_cfg.encoder_attention_kernel, terms))
+                        describe(ATTENTION, attention_cfg.encoder_attention_kernel, device, dtype,
+                                 [layer_terms(m) for m in attention]))
         if recurrence_cfg.encoder_recurrent_layers and recurrence_cfg.encoder_recurrent_cell == "onlstm":
             logger.info("%d ON-LSTM layers, %s", recurrence_cfg.encoder_recurrent_layers,
-                        dispatch.describe(dispatch.RECURRENCE, recurrence_cfg.encoder_recurrent_kernel))
+                        describe(RECURRENCE, recurrence_cfg.encoder_recurrent_kernel, device, dtype))
 
     @staticmethod
     def _build_positions(cfg, attention_cfg, padding_idx):

@@ -14,7 +14,7 @@ With no term and no temperature it computes what fairseq's
 the same names (``q_proj``, ``k_proj``, ``v_proj``, ``out_proj``), so stock
 checkpoints load into it.  Which code computes a call (the steps above,
 PyTorch's fused attention or a Triton kernel) is decided per call by
-:func:`..kernels.dispatch.attention_kernel`.
+:func:`.kernel_choice.attention_kernel`.
 """
 
 from typing import Optional, Sequence, Tuple
@@ -25,10 +25,11 @@ from fairseq.modules.fairseq_dropout import FairseqDropout
 from fairseq.modules.quant_noise import quant_noise
 from torch import Tensor, nn
 
-from ..kernels import dispatch
-from ..kernels.shaw_flash import bucket_dtype, shaw_flash_attention, shaw_pairs
+from ..kernels.manual import ATTENTION
+from ..kernels.shaw_flash import bucket_dtype, shaw_flash_attention
 from ..kernels.triton_common import draw_seed
 from .attention_context import AttentionContext
+from .kernel_choice import CONVOLUTIONS, attention_kernel, check, shaw_pairs
 from .precision import at_least_float32
 
 
@@ -48,7 +49,7 @@ class PositionAwareSelfAttention(nn.Module):
         value_terms: modules ``(probs, context) -> [B, H, T, d_h]`` added to
             the attended values.
         kernel: what computes the attention: one of
-            :data:`..kernels.dispatch.OPTIONS` (``triton`` runs on the CPU
+            :data:`..kernels.manual.OPTIONS` (``triton`` runs on the CPU
             only under ``TRITON_INTERPRET=1``).
     """
 
@@ -59,7 +60,7 @@ class PositionAwareSelfAttention(nn.Module):
         super().__init__()
         if embed_dim % num_heads:
             raise ValueError(f"embed_dim {embed_dim} is not divisible by num_heads {num_heads}")
-        dispatch.check(dispatch.ATTENTION, kernel, (score_terms, probability_terms, value_terms))
+        check(ATTENTION, kernel, (score_terms, probability_terms, value_terms))
         self.embed_dim = embed_dim
         self.num_heads = num_heads
         self.head_dim = embed_dim // num_heads
@@ -150,17 +151,19 @@ class PositionAwareSelfAttention(nn.Module):
         if key_padding_mask is not None:
             key_padding_mask = key_padding_mask.to(torch.bool)
         q, k, v = self._project(x)
-        kernel = dispatch.attention_kernel(self, q, need_weights)
-        bias = None if kernel is dispatch.SHAW_TRITON else self._score_bias(q, x, context)
+        kernel = attention_kernel(self, q, need_weights)
+        bias = None if kernel == "shaw_triton" else self._score_bias(q, x, context)
 
         weights = None
-        if kernel is dispatch.SHAW_TRITON:
+        if kernel == "shaw_triton":
             out = self._shaw_flash(q, k, v, key_padding_mask, context)
-        elif kernel.run is not None:  # the convolved attention's probabilities in Triton kernels
+        elif kernel in CONVOLUTIONS:  # the convolved attention's probabilities in Triton kernels
+            _, convolved_attention = CONVOLUTIONS[kernel]
             filters = self.probability_terms[0].filters(length)
-            probs = kernel.run(self._logits(q, k, bias), key_padding_mask, *filters, *self._kernel_dropout(), v.dtype)
+            probs = convolved_attention(self._logits(q, k, bias), key_padding_mask, *filters, *self._kernel_dropout(),
+                                        v.dtype)
             out = torch.matmul(probs, v)
-        elif kernel is dispatch.SDPA:
+        elif kernel == "sdpa":
             mask = self._additive_mask(bias, key_padding_mask, q.dtype)
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
                                                  dropout_p=self.dropout_module.p if self._dropout_active() else 0.0)

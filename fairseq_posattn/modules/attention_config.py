@@ -9,7 +9,8 @@ from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.dataclass.utils import gen_parser_from_dataclass
 from torch import nn
 
-from ..kernels import dispatch
+from ..kernels import manual
+from . import kernel_choice
 from .convolved_attention import ConvolvedAttention1d, ConvolvedAttention2d
 from .direct_interactions import AbsolutePositionInteraction, RelativePositionInteraction
 from .relative_positions import QueryProjectedRelativeScores, RelativeKeys, RelativeValues
@@ -20,7 +21,7 @@ INTERACTION_LAYER_CHOICES = ChoiceEnum(["first", "all"])
 OVERFLOW_CHOICES = ChoiceEnum(["error", "clamp"])
 CONVOLUTION_CHOICES = ChoiceEnum(["none", "1d", "2d"])
 STRUCTURAL_EMBEDDING_CHOICES = ChoiceEnum(["none", "fuse", "add"])
-ATTENTION_KERNEL_CHOICES = ChoiceEnum(list(dispatch.OPTIONS[dispatch.ATTENTION]))
+ATTENTION_KERNEL_CHOICES = ChoiceEnum(list(manual.OPTIONS[manual.ATTENTION]))
 
 
 @dataclass(frozen=True)
@@ -167,7 +168,7 @@ class PositionAttentionConfig(EncoderOptions):
         "help": "clip distance r of --structural-relative-positions",
         "needs": (ATTENTION_LAYERS, STRUCTURAL_RELATIVE)})
     encoder_attention_kernel: ATTENTION_KERNEL_CHOICES = field(default="auto", metadata={
-        "help": dispatch.help_text(dispatch.ATTENTION), "parse": dispatch.parse_option(dispatch.ATTENTION),
+        "help": manual.help_text(manual.ATTENTION), "parse": kernel_choice.parse_option(manual.ATTENTION),
         "needs": (ATTENTION_LAYERS,)})
 
     def uses_structure(self) -> bool:

@@ -7,13 +7,14 @@ from typing import Optional
 
 from fairseq.dataclass import ChoiceEnum
 
-from ..kernels import dispatch
+from ..kernels import manual
+from . import kernel_choice
 from .attention_config import ATTENTION_LAYERS, EncoderOptions, Need
 from .quant_noise import check_block_size
 
 CELL_CHOICES = ChoiceEnum(["onlstm", "lstm"])
 ORDER_CHOICES = ChoiceEnum(["recurrent-first", "attention-first"])
-KERNEL_CHOICES = ChoiceEnum(list(dispatch.OPTIONS[dispatch.RECURRENCE]))
+KERNEL_CHOICES = ChoiceEnum(list(manual.OPTIONS[manual.RECURRENCE]))
 
 RECURRENT_LAYERS = Need("recurrent layers (--encoder-recurrent-layers > 0)",
                         lambda o: o.encoder_recurrent_layers > 0, ("encoder_recurrent_layers",))
@@ -45,7 +46,7 @@ class RecurrenceConfig(EncoderOptions):
     encoder_shortcut: bool = field(default=False, metadata={
         "help": "Eq. 10 short-cut: the encoder output is the sum of the recurrent and the SAN stacks' outputs"})
     encoder_recurrent_kernel: KERNEL_CHOICES = field(default="auto", metadata={
-        "help": dispatch.help_text(dispatch.RECURRENCE), "parse": dispatch.parse_option(dispatch.RECURRENCE),
+        "help": manual.help_text(manual.RECURRENCE), "parse": kernel_choice.parse_option(manual.RECURRENCE),
         "needs": (RECURRENT_LAYERS, ONLSTM)})
 
     def hidden_dim(self, embed_dim: int) -> int:

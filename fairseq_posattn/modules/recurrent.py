@@ -14,8 +14,10 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from ..kernels import dispatch, onednn
+from ..kernels import onednn
+from ..kernels.manual import RECURRENCE
 from ..kernels.onlstm_packed import PackedRecurrence, direction_weight_grads
+from .kernel_choice import PACKED, check, recurrent_kernel
 from .onlstm_reference import onlstm_reference, reversal_index
 
 __all__ = ["ONLSTM", "RecurrentLayer"]
@@ -70,8 +72,8 @@ class ONLSTM(nn.Module):
     h @ weight_hh[d] + bias_ih[d] + bias_hh[d]``), ``bias_ih [D, G]``,
     ``bias_hh [D, G]``, all uniform(-1/sqrt(hidden), 1/sqrt(hidden)) as in
     ``nn.LSTM``.  Direction 0 is forward, 1 backward.  ``kernel`` is an
-    option of ``--encoder-recurrent-kernel`` (:data:`..kernels.dispatch.OPTIONS`),
-    the kernel chosen per input by :func:`..kernels.dispatch.recurrent_kernel`.
+    option of ``--encoder-recurrent-kernel`` (:data:`..kernels.manual.OPTIONS`),
+    the kernel chosen per input by :func:`.kernel_choice.recurrent_kernel`.
     """
 
     def __init__(self, input_dim: int, hidden_dim: int, bidirectional: bool = True, chunk_size: int = 1,
@@ -79,7 +81,7 @@ class ONLSTM(nn.Module):
         super().__init__()
         if chunk_size < 1 or hidden_dim % chunk_size != 0:
             raise ValueError("hidden_dim (%d) must be divisible by chunk_size (%d)" % (hidden_dim, chunk_size))
-        dispatch.check(dispatch.RECURRENCE, kernel)
+        check(RECURRENCE, kernel)
         self.kernel = kernel
         self.input_dim = input_dim
         self.hidden_dim = hidden_dim
@@ -108,13 +110,13 @@ class ONLSTM(nn.Module):
         device = x.device.type
         # the matmul dtype: autocast's (half) when it is on, else the input's
         dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
-        fast = dispatch.recurrent_kernel(self.kernel, x.device, dtype).run
+        kernel = recurrent_kernel(self.kernel, x.device, dtype)
         bias = self.bias_ih + self.bias_hh
         with torch.autocast(device_type=device, enabled=False):
             args = [t.to(dtype) for t in (x, self.weight_ih, self.weight_hh, bias)]
-            if fast is None:
+            if kernel == "onlstm_reference":
                 return onlstm_reference(args[0], lengths.to(x.device), args[1], args[2], args[3], self.chunk_size)
-            return self._packed(fast, *args, lengths.to(x.device))
+            return self._packed(PACKED[kernel], *args, lengths.to(x.device))
 
     def _packed(self, fast: PackedRecurrence, x: Tensor, w_ih: Tensor, w_hh: Tensor, bias: Tensor,
                 lengths: Tensor) -> Tensor:

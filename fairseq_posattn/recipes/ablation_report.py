@@ -24,9 +24,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from sacrebleu.metrics import BLEU
 
 from ..errors import UserError
-from ..files import atomic_output
+from ..files import atomic_output, read_lines
 from ..metrics import format_mean_std, mean_std
-from .corpus import read_lines
 
 
 class ReportError(UserError, ValueError):
@@ -156,7 +155,7 @@ def markdown(args, data: Dict[str, object]) -> str:
 
 def plot(args, data: Dict[str, object], out: str) -> None:
     """Validation loss against updates, a panel per row, a line per seed."""
-    from ..analysis.plot_curves import label_panel, panel_grid, plt
+    from ..figures import label_panel, panel_grid, plt
 
     rows = list(data["rows"].items())
     fig, axes = panel_grid(len(rows), 3, (4.2, 3.2), sharex=True, sharey=True)

@@ -16,23 +16,13 @@ from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from ..data.workers import worker_pool
 from ..errors import UserError
-from ..files import atomic_output
+from ..files import atomic_output, stream_lines
 
 CHUNK_LINES = 2000
 
 
 class CorpusError(UserError, ValueError):
     """Bad input; the message names the file and what to do."""
-
-
-def stream_lines(path: str) -> Iterator[str]:
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            yield line.rstrip("\n")
-
-
-def read_lines(path: str) -> List[str]:
-    return list(stream_lines(path))
 
 
 def chunks(items: Iterable, size: int) -> Iterator[list]:

@@ -16,8 +16,8 @@ from typing import Dict, List, Optional, Sequence
 from sacrebleu.metrics import BLEU
 
 from ..errors import UserError
-from ..files import atomic_output
-from .corpus import detokenize, read_lines
+from ..files import atomic_output, read_lines
+from .corpus import detokenize
 
 _COMPOUND = re.compile(r"(\S)-(\S)")
 
