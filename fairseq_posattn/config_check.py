@@ -26,7 +26,6 @@ their dataclasses (each model's ``option_groups``), and the checks here read the
 """
 
 import argparse
-import difflib
 from dataclasses import fields
 from enum import Enum
 from functools import lru_cache
@@ -35,14 +34,9 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 from omegaconf import OmegaConf, open_dict
 from omegaconf.errors import ValidationError
 
+from .errors import nearest
+
 KINDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
-
-
-def nearest(name: str, known: Iterable[str], cutoff: float = 0.6) -> Optional[str]:
-    """The known name closest to ``name`` (a typo's intended name), if any is
-    as close as ``cutoff`` (difflib's similarity ratio)."""
-    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=cutoff)
-    return close[0] if close else None
 
 
 def refuse_unknown(section: str, owner: str, keys: Iterable[str], known: Iterable[str]) -> None:

@@ -20,12 +20,13 @@ Imports nothing of the plugin or of fairseq, so the pure tree logic can use it.
 
 import argparse
 import contextlib
+import difflib
 import dis
 import os
 import re
 import sys
 import unicodedata
-from typing import List, Optional, Tuple
+from typing import Iterable, List, Optional, Tuple
 
 TRACEBACK_VARIABLE = "FAIRSEQ_POSATTN_TRACEBACK"  # set to 1: the user's errors with their traceback
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -113,6 +114,13 @@ def reported(command: Optional[str] = None, status: int = 1):
             raise
         report(error, command)
         sys.exit(status)
+
+
+def nearest(name: str, known: Iterable[str], cutoff: float = 0.6) -> Optional[str]:
+    """The known name closest to ``name`` (a typo's intended name), if any is
+    as close as ``cutoff`` (difflib's similarity ratio)."""
+    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=cutoff)
+    return close[0] if close else None
 
 
 def location(source: Optional[str] = None, sentence: Optional[int] = None,

@@ -90,7 +90,7 @@ def _refusing_inert_overrides(load_model_ensemble_and_task):
 def with_nearest_flags(parser: argparse.ArgumentParser, argv, message: str) -> str:
     """argparse's error ``message`` with, for each unrecognized argument, the
     nearest flag of ``parser`` or the switch it follows in ``argv``."""
-    from ..config_check import nearest
+    from ..errors import nearest
 
     if not message.startswith(UNRECOGNIZED):
         return message

@@ -23,8 +23,7 @@ from typing import List, Optional, Sequence
 from fairseq_posattn.structure import DependencyTree, collapse_multiword_tokens
 from fairseq_posattn.structure.conllu_io import index_sentences
 
-from ..config_check import nearest
-from ..errors import UserError
+from ..errors import UserError, nearest
 
 logger = logging.getLogger(__name__)
 
