@@ -11,6 +11,7 @@ import contextlib
 import io
 import logging
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -296,3 +297,27 @@ def load_record(record: Path) -> dict:
     import torch
 
     return torch.load(str(record), weights_only=True)
+
+
+def translates_as_the_test_set(directory: Path, checkpoint: str, task: str, lines, expected,
+                               beam: int, lenpen: float = 1.0) -> None:
+    """A recipe's checkpoint directory translates the raw (untokenized) lines of
+    a test set into ``expected``, the recipe's own hypotheses of that set, with
+    ``from_pretrained(directory)`` and ``fairseq-interactive directory``, neither
+    told the tokenizer, the BPE or the parser; and a separator (U+001C, a tab
+    before a space, ...) in one line of the batch changes no translation."""
+    from fairseq.models.transformer import TransformerModel
+
+    model = TransformerModel.from_pretrained(str(directory), checkpoint_file=checkpoint,
+                                             user_dir=str(USER_DIR)).eval()
+    assert model.translate(lines, beam=beam, lenpen=lenpen) == expected
+    odd = [lines[0].replace(" ", separator + " ", 1) + separator
+           for separator in ("\x1c", "\x1f", "\x85", "\xa0", "\u2028", "\u3000", "\v", "\t")]
+    assert model.translate(lines + odd, beam=beam, lenpen=lenpen) == \
+        expected + [expected[0]] * len(odd)
+    proc = run_cli("fairseq-interactive", directory, "--user-dir", USER_DIR, "--task", task,
+                   "--path", directory / checkpoint, "--beam", beam, "--lenpen", lenpen,
+                   "--buffer-size", len(lines), "--batch-size", len(lines), "--cpu",
+                   input="".join(line + "\n" for line in lines))
+    hypotheses = dict(re.findall(r"^D-(\d+)\t[^\t]*\t(.*)$", proc.stdout, re.M))
+    assert [hypotheses.get(str(i)) for i in range(len(lines))] == expected
