@@ -26,17 +26,23 @@ class CorpusError(ValueError):
 
 
 def stream_lines(path: str) -> Iterator[str]:
-    """The lines of ``path``, each whitespace character but the space read as a
-    space (:func:`~fairseq_posattn.data.raw_text.spaces_for_separators`; the
-    lines that held one are counted on stderr)."""
-    held, names = [], {}
     with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            line, found = spaces_for_separators(line.rstrip("\n"))
-            if found:
-                held.append(n)
-                names.update(dict.fromkeys(found))
-            yield line
+        for line in f:
+            yield line.rstrip("\n")
+
+
+def text_lines(path: str) -> Iterator[str]:
+    """The lines of ``path`` to tokenize, segment or split into subwords, each
+    whitespace character but the space read as a space
+    (:func:`~fairseq_posattn.data.raw_text.spaces_for_separators`; the lines
+    that held one are counted on stderr)."""
+    held, names = [], {}
+    for n, line in enumerate(stream_lines(path), 1):
+        line, found = spaces_for_separators(line)
+        if found:
+            held.append(n)
+            names.update(dict.fromkeys(found))
+        yield line
     if held:
         print("%s: %d line(s) held %s (lines %s%s): read as spaces between words"
               % (path, len(held), ", ".join(names), ", ".join(map(str, held[:10])),
@@ -309,7 +315,7 @@ def _each_file(args, done: Optional[str], convert) -> None:
 
 def cmd_tokenize(args) -> None:
     _each_file(args, "tokenized %d lines", lambda src: tokenize_lines(
-        _progress(stream_lines(src), "tokenize " + src), args.lang, args.aggressive_dashes,
+        _progress(text_lines(src), "tokenize " + src), args.lang, args.aggressive_dashes,
         args.workers))
 
 
@@ -329,7 +335,7 @@ def cmd_segment(args) -> None:
     segmenter = build_segmenter(args.segmenter, args.lang, args.stanza_dir, args.model,
                                 args.download)
     _each_file(args, f"segmented %d lines ({args.segmenter})", lambda src: (
-        line for block in chunks(_progress(stream_lines(src), "segment " + src), 256)
+        line for block in chunks(_progress(text_lines(src), "segment " + src), 256)
         for line in segmenter.segment(block)))
 
 
@@ -358,7 +364,7 @@ def cmd_spm_train(args) -> None:
 
 
 def cmd_spm_encode(args) -> None:
-    _each_file(args, None, lambda src: spm_encode(args.model, stream_lines(src), args.workers))
+    _each_file(args, None, lambda src: spm_encode(args.model, text_lines(src), args.workers))
 
 
 def cmd_model_dir(args) -> None:
