@@ -9,6 +9,7 @@ when it uses one of the fixtures that train a model (:data:`TRAINING_FIXTURES`).
 
 import contextlib
 import io
+import itertools
 import logging
 import os
 import re
@@ -305,16 +306,19 @@ def translates_as_the_test_set(directory: Path, checkpoint: str, task: str, line
     a test set into ``expected``, the recipe's own hypotheses of that set, with
     ``from_pretrained(directory)`` and ``fairseq-interactive directory``, neither
     told the tokenizer, the BPE or the parser; and a separator (U+001C, a tab
-    before a space, ...) in one line of the batch changes no translation."""
+    before a space, ...) after the first word and at the end of each line
+    changes no translation (the words on its two sides are not merged, no
+    dangling ``@@`` stops the batch)."""
     from fairseq.models.transformer import TransformerModel
 
     model = TransformerModel.from_pretrained(str(directory), checkpoint_file=checkpoint,
                                              user_dir=str(USER_DIR)).eval()
     assert model.translate(lines, beam=beam, lenpen=lenpen) == expected
-    odd = [lines[0].replace(" ", separator + " ", 1) + separator
-           for separator in ("\x1c", "\x1f", "\x85", "\xa0", "\u2028", "\u3000", "\v", "\t")]
-    assert model.translate(lines + odd, beam=beam, lenpen=lenpen) == \
-        expected + [expected[0]] * len(odd)
+    separators = itertools.cycle(["\x1c", "\x1f", "\x85", "\xa0", "\u2028", "\u3000", "\v",
+                                  "\t"])
+    odd = [line.replace(" ", separator + " ", 1) + separator
+           for line, separator in zip(lines, separators)]
+    assert model.translate(odd, beam=beam, lenpen=lenpen) == expected
     proc = run_cli("fairseq-interactive", directory, "--user-dir", USER_DIR, "--task", task,
                    "--path", directory / checkpoint, "--beam", beam, "--lenpen", lenpen,
                    "--buffer-size", len(lines), "--batch-size", len(lines), "--cpu",
