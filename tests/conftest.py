@@ -9,8 +9,10 @@ when it uses one of the fixtures that train a model (:data:`TRAINING_FIXTURES`).
 
 import contextlib
 import io
+import itertools
 import logging
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -318,3 +320,30 @@ def load_record(record: Path) -> dict:
     import torch
 
     return torch.load(str(record), weights_only=True)
+
+
+def translates_as_the_test_set(directory: Path, checkpoint: str, task: str, lines, expected,
+                               beam: int, lenpen: float = 1.0) -> None:
+    """A recipe's checkpoint directory translates the raw (untokenized) lines of
+    a test set into ``expected``, the recipe's own hypotheses of that set, with
+    ``from_pretrained(directory)`` and ``fairseq-interactive directory``, neither
+    told the tokenizer, the BPE or the parser; and a separator (U+001C, a tab
+    before a space, ...) after the first word and at the end of each line
+    changes no translation (the words on its two sides are not merged, no
+    dangling ``@@`` stops the batch)."""
+    from fairseq.models.transformer import TransformerModel
+
+    model = TransformerModel.from_pretrained(str(directory), checkpoint_file=checkpoint,
+                                             user_dir=str(USER_DIR)).eval()
+    assert model.translate(lines, beam=beam, lenpen=lenpen) == expected
+    separators = itertools.cycle(["\x1c", "\x1f", "\x85", "\xa0", "\u2028", "\u3000", "\v",
+                                  "\t"])
+    odd = [line.replace(" ", separator + " ", 1) + separator
+           for line, separator in zip(lines, separators)]
+    assert model.translate(odd, beam=beam, lenpen=lenpen) == expected
+    proc = run_cli("fairseq-interactive", directory, "--user-dir", USER_DIR, "--task", task,
+                   "--path", directory / checkpoint, "--beam", beam, "--lenpen", lenpen,
+                   "--buffer-size", len(lines), "--batch-size", len(lines), "--cpu",
+                   input="".join(line + "\n" for line in lines))
+    hypotheses = dict(re.findall(r"^D-(\d+)\t[^\t]*\t(.*)$", proc.stdout, re.M))
+    assert [hypotheses.get(str(i)) for i in range(len(lines))] == expected

@@ -5,6 +5,7 @@ of ``fairseq-interactive``, the texts of fairseq's reserved symbols
 outputs kept in the places of its inputs when it skips some."""
 
 import io
+import json
 import logging
 import re
 import sys
@@ -253,3 +254,171 @@ def test_interactive_keeps_a_carriage_return_in_its_line_and_reads_reserved_as_u
     log = proc.stdout + proc.stderr
     assert "input line 1 holds U+000D CARRIAGE RETURN: kept in the line" in log
     assert "input line 2: <pad> read as <unk>" in log
+
+
+# ------------------------------------------- separators, blank and non-UTF-8 input
+
+# whitespace that subword-nmt keeps inside a word and fairseq splits at (issue 46)
+SEPARATORS = ["\x1c", "\x1d", "\x1e", "\x1f", "\x85", "\xa0", "\u2028", "\u3000", "\u202f",
+              "\v", "\f", "\t"]
+
+
+@pytest.mark.parametrize("separator", SEPARATORS)
+def test_separators_are_read_as_spaces_and_named(separator):
+    from fairseq_posattn.data.raw_text import spaces_for_separators
+
+    text, names = spaces_for_separators(f"the car{separator} the dog{separator}")
+    assert text == "the car  the dog " and names == unusual_characters(separator)
+    assert spaces_for_separators("plain words .") == ("plain words .", [])
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("", "is empty"), (" \t\u3000", "holds only whitespace"),
+    (b"caf\xe9 au lait".decode("utf-8", "surrogateescape"),
+     "is not valid UTF-8 (byte 0xE9 at character 4)"),
+    ("the dog sleeps .", None)])
+def test_unreadable_says_why_a_line_is_no_text(text, problem):
+    from fairseq_posattn.data.raw_text import unreadable
+
+    assert unreadable(text) == problem
+
+
+def test_corpus_tokenize_keeps_words_apart_at_separators(tmp_path, capsys):
+    """Moses' punctuation normalizer drops control characters (tab, U+001C, ...)
+    and merged the words on their two sides; they are spaces first."""
+    from fairseq_posattn.recipes import corpus
+
+    raw = tmp_path / "raw.en"
+    raw.write_text("The car\x1cthe dog.\nA\tcat.\nNo separator.\n", encoding="utf-8")
+    corpus.main(["tokenize", "--lang", "en", "--input", str(raw), "--output",
+                 str(tmp_path / "tok.en")])
+    assert (tmp_path / "tok.en").read_text(encoding="utf-8").splitlines() == [
+        "The car the dog .", "A cat .", "No separator ."]
+    assert (f"{raw}: 2 line(s) held U+001C INFORMATION SEPARATOR FOUR, U+0009 CHARACTER "
+            f"TABULATION (lines 1, 2): read as spaces between words") in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_hub_skips_blank_and_non_utf8_inputs_in_their_places(raw_checkpoints, toy_struct_bin,
+                                                              caplog):
+    """As fairseq-interactive skips them: never translated as EOS alone or as
+    <unk>; the other inputs keep their places and outputs."""
+    model = hub(raw_checkpoints, toy_struct_bin, "plain")
+    options = dict(beam=1, max_len_b=4)
+    first, last = "the dog sleeps .", LONGER
+    not_utf8 = b"the caf\xe9 sleeps .".decode("utf-8", "surrogateescape")
+    with caplog.at_level(logging.WARNING):
+        outputs = model.translate([first, "", " \t ", not_utf8, last], **options)
+        alone = model.translate("", **options)
+    assert outputs == [model.translate(first, **options), "", "", "",
+                       model.translate(last, **options)]
+    assert alone == ""
+    for i, problem in ((1, "'' is empty"), (2, "' \\t ' holds only whitespace"),
+                       (3, "'the caf\\udce9 sleeps .' is not valid UTF-8 (byte 0xE9 at "
+                           "character 8)")):
+        assert f"hub input {i} (0-based) {problem}: skipped, its output is empty" in caplog.text
+
+
+@pytest.fixture(scope="module")
+def toy_codes(toy_raw, tmp_path_factory):
+    """subword-nmt codes of the toy corpus, whole words all: a word holding a
+    separator is split into pieces that the toy dictionary lacks."""
+    from subword_nmt.learn_bpe import learn_bpe
+
+    codes = tmp_path_factory.mktemp("codes") / "codes"
+    with open(toy_raw / "train.en", encoding="utf-8") as text, \
+            open(codes, "w", encoding="utf-8") as out:
+        learn_bpe(text, out, 1000)
+    return codes
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("separator", SEPARATORS)
+def test_hub_reads_separators_as_spaces_before_bpe(raw_checkpoints, toy_struct_bin, toy_codes,
+                                                   separator, caplog):
+    """subword-nmt kept the separator in the piece before it, fairseq dropped it
+    and the two words became one ('sleeps@@' + '.')."""
+    from fairseq.models.transformer import TransformerModel
+
+    model = TransformerModel.from_pretrained(
+        str(raw_checkpoints["plain"].parent), checkpoint_file=raw_checkpoints["plain"].name,
+        data_name_or_path=str(toy_struct_bin), bpe="subword_nmt", bpe_codes=str(toy_codes))
+    line = f"the dog sleeps{separator} ."
+    with caplog.at_level(logging.WARNING):
+        tokens = model.encode(line)
+    assert tokens.tolist() == model.encode("the dog sleeps .").tolist()
+    assert f"hub input {line!r} holds {unusual_characters(separator)[0]}: read as a space " \
+           f"between words" in caplog.text
+
+
+@pytest.mark.slow
+def test_interactive_reads_separators_as_spaces_and_skips_non_utf8_and_blank_lines(
+        raw_checkpoints, toy_struct_bin, toy_codes, tmp_path):
+    """``--input FILE`` with BPE: U+001C before a space is a space (not part of
+    the piece before it), a line with a byte that is not UTF-8 and a blank
+    line are skipped with warnings naming them, the others keep their numbers."""
+    path = tmp_path / "input.txt"
+    path.write_bytes(b"the dog sleeps\x1c .\nthe caf\xe9 sleeps .\n \t \n" + LONGER.encode() + b"\n")
+    proc = run_cli(
+        "fairseq-interactive", toy_struct_bin, "--user-dir", USER_DIR,
+        "--path", raw_checkpoints["plain"], "--source-lang", "en", "--target-lang", "de",
+        "--bpe", "subword_nmt", "--bpe-codes", toy_codes,
+        "--beam", "1", "--max-len-b", "4", "--buffer-size", "4", "--cpu", "--input", path)
+    sources = re.findall(r"^S-(\d+)\t(.*)$", proc.stdout, re.M)
+    assert sources == [("0", "the dog sleeps ."), ("3", LONGER)]
+    log = proc.stdout + proc.stderr
+    assert "input line 1 holds U+001C INFORMATION SEPARATOR FOUR: kept in the line, read as a " \
+           "space between words" in log
+    assert "input line 2 is not valid UTF-8 (byte 0xE9 at character 8): skipped (it gets no S-1 " \
+           "or H-1 line)" in log
+    assert "input line 3 is empty: skipped (it gets no S-2 or H-2 line)" in log  # stripped
+
+
+# ------------------------------------------------------------- model directories
+
+@pytest.fixture
+def model_dir(raw_checkpoints, toy_struct_bin, toy_codes, tmp_path):
+    """The plain model's checkpoint in a directory with what fairseq-posattn-corpus
+    model-dir writes beside it."""
+    from fairseq_posattn.recipes import corpus
+
+    directory = tmp_path / "model"
+    directory.mkdir()
+    (directory / "model.pt").symlink_to(raw_checkpoints["plain"])
+    corpus.main(["model-dir", "--dir", str(directory), "--dictionaries",
+                 str(toy_struct_bin / "dict.en.txt"), str(toy_struct_bin / "dict.de.txt"),
+                 "--source-lang", "en", "--target-lang", "de", "--tokenizer", "moses_normalized",
+                 "--bpe", "subword_nmt", "--subword-model", str(toy_codes)])
+    return directory
+
+
+@pytest.mark.slow
+def test_a_model_directory_reads_raw_text_with_its_settings(model_dir, caplog):
+    """from_pretrained(DIR) and fairseq-interactive DIR tokenize and apply BPE
+    as the directory says, without --tokenizer, --bpe, --bpe-codes."""
+    from fairseq.models.transformer import TransformerModel
+
+    from fairseq_posattn.data.model_dir import ContradictsModelDir
+
+    assert json.loads((model_dir / "raw_input.json").read_text()) == {
+        "bpe": "subword_nmt", "bpe_codes": "bpecodes", "moses_no_dash_splits": True,
+        "source_lang": "en", "target_lang": "de", "tokenizer": "moses_normalized"}
+    raw = "the dog sleeps."  # Moses splits the full stop off
+    model = TransformerModel.from_pretrained(str(model_dir), user_dir=str(USER_DIR))
+    assert model.src_dict.string(model.encode(raw)) == "the dog sleeps ."
+    translation = model.translate(raw, beam=1, max_len_b=4)
+    with pytest.raises(ContradictsModelDir, match=r"--bpe 'sentencepiece' contradicts .*raw_input"
+                                                  r"\.json, which says --bpe 'subword_nmt'"):
+        TransformerModel.from_pretrained(str(model_dir), bpe="sentencepiece")
+    proc = run_cli("fairseq-interactive", model_dir, "--user-dir", USER_DIR,
+                   "--path", model_dir / "model.pt", "--beam", "1", "--max-len-b", "4", "--cpu",
+                   input=raw + "\n")
+    assert re.findall(r"^S-0\t(.*)$", proc.stdout, re.M) == ["the dog sleeps ."]
+    assert re.findall(r"^D-0\t[^\t]*\t(.*)$", proc.stdout, re.M) == [translation]
+    proc = run_cli("fairseq-interactive", model_dir, "--user-dir", USER_DIR,
+                   "--path", model_dir / "model.pt", "--cpu", "--tokenizer", "moses",
+                   "--source-lang", "en", "--target-lang", "de",
+                   input=raw + "\n", check=False)
+    assert proc.returncode != 0
+    assert "--tokenizer 'moses' contradicts %s, which says --tokenizer 'moses_normalized'" \
+           % (model_dir / "raw_input.json") in proc.stderr

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, run, run_cli_in_process
+from conftest import REPO, run, run_cli_in_process, translates_as_the_test_set
 
 from fairseq_posattn.toy_corpus import detokenize, generate_splits
 
@@ -302,6 +302,17 @@ def test_multi30k_recipe_seeds_settings_and_control_trees(multi30k_prepared, tmp
     assert summary["updates"] == 3 and summary["settings"]["seed"] == "2"
     assert summary["parameters"] > 0 and summary["wall_seconds"] >= 0
     assert [v["updates"] for v in summary["validations"]] == [1, 2, 3]
+    # beside the checkpoints: what translating raw text as the test set was translated needs
+    assert json.loads((run_dir / "raw_input.json").read_text()) == {
+        "source_lang": "en", "target_lang": "de", "tokenizer": "moses_normalized",
+        "moses_no_dash_splits": False, "bpe": "subword_nmt", "bpe_codes": "bpecodes",
+        "parser": "spacy", "parser_model": "en_core_web_sm"}
+    assert (run_dir / "bpecodes").read_text() == (work / "bpe100" / "codes.joint").read_text()
+    translates_as_the_test_set(
+        run_dir, "checkpoint_avg2.pt", "translation_struct",
+        (data / "test_2016_flickr.en").read_text().splitlines(),
+        (export / "transformer_struct.seed2.test_2016_flickr.hyp").read_text().splitlines(),
+        beam=4, lenpen=0.6)
 
     # the same settings again: nothing is retrained
     log = recipe("multi30k_en_de", {**env, "FROM_STAGE": "6", "TO_STAGE": "6"}, work)

@@ -343,23 +343,23 @@ check_parameter_match() {
 }
 
 # ---- 5. trees ---------------------------------------------------------------
-set_parser_flags() {  # PARSE_FLAGS=(fairseq-posattn-parse flags for set $1)
+set_parser_flags() {  # PARSE_FLAGS=(fairseq-posattn-parse flags for set $1), PARSER_FLAGS=(the parser's)
     case "$PARSER" in
         stanza)
-            PARSE_FLAGS=(--parser stanza --parser-lang "$SRC")
-            if [[ -n "$STANZA_DIR" ]]; then PARSE_FLAGS+=(--stanza-dir "$STANZA_DIR"); fi
-            if [[ "$STANZA_DOWNLOAD" == 1 ]]; then PARSE_FLAGS+=(--download); fi ;;
-        spacy) PARSE_FLAGS=(--parser spacy --parser-model "${PARSER_MODEL:-en_core_web_sm}") ;;
+            PARSER_FLAGS=(--parser stanza --parser-lang "$SRC")
+            if [[ -n "$STANZA_DIR" ]]; then PARSER_FLAGS+=(--stanza-dir "$STANZA_DIR"); fi ;;
+        spacy) PARSER_FLAGS=(--parser spacy --parser-model "${PARSER_MODEL:-en_core_web_sm}") ;;
         udpipe)
-            PARSE_FLAGS=(--parser udpipe --parser-lang "$SRC")
-            if [[ -n "$PARSER_MODEL" ]]; then PARSE_FLAGS+=(--parser-model "$PARSER_MODEL"); fi ;;
+            PARSER_FLAGS=(--parser udpipe --parser-lang "$SRC")
+            if [[ -n "$PARSER_MODEL" ]]; then PARSER_FLAGS+=(--parser-model "$PARSER_MODEL"); fi ;;
         conllu)
             [[ -n "$CONLLU_DIR" ]] || die "PARSER=conllu needs CONLLU_DIR=<dir with SET.$SRC.conllu files>"
             need_file "$CONLLU_DIR/$1.$SRC.conllu" "PARSER=conllu reads the parse of set $1 from CONLLU_DIR"
-            PARSE_FLAGS=(--parser conllu --conllu "$CONLLU_DIR/$1.$SRC.conllu") ;;
+            PARSER_FLAGS=(--parser conllu --conllu "$CONLLU_DIR/$1.$SRC.conllu") ;;
         *) die "PARSER must be stanza, spacy, udpipe or conllu, not '$PARSER'" ;;
     esac
-    PARSE_FLAGS+=(--workers "$PARSE_WORKERS")
+    PARSE_FLAGS=("${PARSER_FLAGS[@]}" --workers "$PARSE_WORKERS")
+    if [[ "$PARSER" == stanza && "$STANZA_DOWNLOAD" == 1 ]]; then PARSE_FLAGS+=(--download); fi
     if [[ -n "$PARSE_SHARD" ]]; then PARSE_FLAGS+=(--shard "$PARSE_SHARD"); fi
 }
 
@@ -473,6 +473,31 @@ train_model() {
     touch "$CKPT/.done"
 }
 
+# write_model_dir: beside the checkpoints, what translating raw text with them
+# needs (docs/recipes.md): the dictionaries, the source's subword model and the
+# settings of the text's tokenization, subwords and parser
+write_model_dir() {
+    local group=joint flags
+    [[ "$JOINT_VOCAB" == 1 ]] || group="$SRC"
+    flags=(--dir "$CKPT" --dictionaries "$BIN/dict.$SRC.txt" "$BIN/dict.$TGT.txt"
+           --source-lang "$SRC" --target-lang "$TGT" --bpe "$REMOVE_BPE")
+    if [[ "$SUBWORD" == bpe ]]; then flags+=(--subword-model "$SUB/codes.$group")
+    else flags+=(--subword-model "$SUB/spm.$group.model"); fi
+    if [[ "$SRC" == "$SEGMENT_LANG" ]]; then
+        say "$CKPT reads $SRC text segmented into words as $TOK/*.$SRC is (fairseq-posattn-corpus segment --segmenter $SEGMENTER): segment raw text first"
+    else
+        flags+=(--tokenizer moses_normalized)
+        if [[ "$AGGRESSIVE_DASHES" == 1 ]]; then flags+=(--aggressive-dashes); fi
+    fi
+    if [[ "$TASK" == translation_struct && "$PARSER" == conllu ]]; then
+        say "PARSER=conllu: $CKPT parses raw text only with the --parser you give"
+    elif [[ "$TASK" == translation_struct ]]; then
+        set_parser_flags train
+        flags+=("${PARSER_FLAGS[@]}")
+    fi
+    corpus model-dir "${flags[@]}"
+}
+
 # ---- 7. evaluate ------------------------------------------------------------
 choose_checkpoint() {  # MODEL_FILE=the checkpoint to decode (averaged if CHECKPOINT=average)
     case "$CHECKPOINT" in
@@ -564,7 +589,7 @@ run_common_stages() {
     if stage 5 "dependency trees of the source"; then
         if [[ "$TASK" == translation_struct ]]; then add_trees; else say "$ARCH reads no trees: nothing to parse"; fi
     fi
-    if stage 6 "train"; then train_model; fi
+    if stage 6 "train"; then train_model; write_model_dir; fi
     if stage 7 "evaluate"; then evaluate_model; fi
     if stage 8 "significance"; then compare_systems; fi
     say "done (work dir: $WORK)"

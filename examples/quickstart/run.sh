@@ -13,8 +13,9 @@
 # 5. fairseq-train --task translation_struct --arch $ARCH, small model
 # 6. fairseq-generate (beam 4) on the test split, sacrebleu BLEU of the
 #    detokenized hypotheses against the detokenized references
-# 7. fairseq-interactive on raw sentences: BPE, then (transformer_struct) the
-#    task parses the words with spaCy's offline English model and projects the trees
+# 7. fairseq-interactive on raw sentences with the settings the run wrote beside
+#    its checkpoints (raw_input.json): BPE, then the task parses the words
+#    with spaCy's offline English model and projects the trees
 #
 # Environment variables:
 #   STRUCTURE=on|off  on: --arch transformer_struct (sequential + structural
@@ -157,6 +158,12 @@ else
     touch "$CKPT/.done-$MAX_UPDATE"
 fi
 
+# beside the checkpoints, what translating raw text with them needs: the
+# dictionaries, the BPE codes, and the settings (BPE, parser) in raw_input.json
+fairseq-posattn-corpus model-dir --dir "$CKPT" --dictionaries "$BIN/dict.en.txt" "$BIN/dict.de.txt" \
+    --source-lang en --target-lang de --bpe subword_nmt --subword-model "$BPE/codes" \
+    "${PARSER_FLAGS[@]}" 2>/dev/null
+
 # --- 5. generate + BLEU ------------------------------------------------------
 say "fairseq-generate (beam 4) on the test split"
 fairseq-generate "$BIN" --user-dir "$USER_DIR" "${TASK_FLAGS[@]}" \
@@ -176,14 +183,12 @@ say "$(sed -n 's/^test: sacreBLEU [^:]*: //p' "$WORK/bleu-test.txt")"
 say "sacrebleu signature: $(sed -n 's/^test:   signature: //p' "$WORK/bleu-test.txt")"
 
 # --- 6. interactive ----------------------------------------------------------
-say "fairseq-interactive on raw sentences (BPE applied${PARSER_FLAGS[*]:+; translation_struct parses them with spaCy})"
+say "fairseq-interactive on raw sentences with $CKPT's settings (BPE applied${PARSER_FLAGS[*]:+; translation_struct parses them with spaCy})"
 printf '%s\n' \
     "the old teacher has read the letter because the cat sleeps ." \
     "the child sees the man with the telescope ." |
-    fairseq-interactive "$BIN" --user-dir "$USER_DIR" "${TASK_FLAGS[@]}" \
-        --source-lang en --target-lang de \
-        --path "$CKPT/checkpoint_best.pt" --beam 4 --cpu \
-        --bpe subword_nmt --bpe-codes "$BPE/codes" "${PARSER_FLAGS[@]}" 2>/dev/null |
+    fairseq-interactive "$CKPT" --user-dir "$USER_DIR" "${TASK_FLAGS[@]}" \
+        --path "$CKPT/checkpoint_best.pt" --beam 4 --cpu 2>/dev/null |
     awk -F'\t' '/^S-/ {print "[quickstart]   " $1 "  " $2} /^D-/ {print "[quickstart]   " $1 "  " $3}'
 
 say "done in $(( SECONDS - START )) s (work dir: $WORK)"

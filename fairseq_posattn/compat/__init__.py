@@ -7,7 +7,7 @@ plugin repairs) lists them.
 """
 
 from . import (bf16, checkpoint_integrity, clean_exit, hub_skipped_inputs, hydra, input_options,
-               interactive_lines, last_batch, option_names, reserved_symbols, safe_loading,
+               interactive_lines, last_batch, model_dir, option_names, reserved_symbols, safe_loading,
                user_dir, user_errors)
 from . import atomic_copies, distributed_launch
 
@@ -21,6 +21,7 @@ def install() -> None:
     interactive_lines.install()
     reserved_symbols.install()
     hub_skipped_inputs.install()
+    model_dir.install()
     user_dir.install()
     last_batch.install()
     option_names.install()  # before bf16, which reads parse_args_and_arch's code once

@@ -1,4 +1,5 @@
-"""Keep the hub's outputs in the places of its inputs when it skips some.
+"""Keep the hub's outputs in the places of its inputs when it skips some, and
+skip the inputs that are no text.
 
 fairseq 0.12's ``GeneratorHubInterface.generate`` (and fairseq-fixed
 0.12.3.1's) with ``skip_invalid_size_inputs=True`` returns the outputs of the
@@ -6,7 +7,13 @@ inputs it kept, closed up: line 2 may get line 3's translation.  :func:`install`
 wraps ``generate`` where it does so: the inputs the task's size filter leaves
 out are found first, the others are decoded, and each skipped input gets an
 empty list of hypotheses in its place (``""`` from ``sample``/``translate``),
-with a warning naming its 0-based index.
+with a warning naming its 0-based index.  It also wraps ``sample`` (under
+``translate``) so that an input that is empty, blank or not UTF-8, which
+fairseq translates as EOS alone or as ``<unk>``, is skipped in its place as
+``fairseq-interactive`` skips it (:func:`fairseq_posattn.data.raw_text.unreadable`),
+and ``encode`` so that a separator subword-nmt would keep inside a piece is
+read as a space (:func:`fairseq_posattn.data.raw_text.spaces_for_separators`),
+each with a warning naming the input.
 """
 
 import functools
@@ -18,6 +25,7 @@ from typing import List
 import numpy as np
 import torch
 
+from ..data.raw_text import spaces_for_separators, unreadable
 from .interactive_lines import source_positions
 from .patching import wrap_once
 
@@ -65,6 +73,38 @@ def _sample_in_place(sample):
     return wrapper
 
 
+def _text_inputs_only(sample):
+    @functools.wraps(sample)
+    def wrapper(self, sentences, *args, **kwargs):
+        single = isinstance(sentences, str)
+        inputs = [sentences] if single else list(sentences)
+        problems = [unreadable(s) if isinstance(s, str) else None for s in inputs]
+        for i, problem in enumerate(problems):
+            if problem:
+                logger.warning("hub input %d (0-based) %s %s: skipped, its output is empty",
+                               i, repr(inputs[i]), problem)
+        if not any(problems):
+            return sample(self, sentences, *args, **kwargs)
+        kept = [s for s, problem in zip(inputs, problems) if not problem]
+        outputs = iter(sample(self, kept, *args, **kwargs) if kept else [])
+        placed = ["" if problem else next(outputs) for problem in problems]
+        return placed[0] if single else placed
+
+    return wrapper
+
+
+def _separators_as_spaces(encode):
+    @functools.wraps(encode)
+    def wrapper(self, sentence: str):
+        text, separators = spaces_for_separators(sentence)
+        if separators:
+            logger.warning("hub input %s holds %s: read as a space between words",
+                           repr(sentence), ", ".join(separators))
+        return encode(self, text)
+
+    return wrapper
+
+
 def closes_up_outputs() -> bool:
     """True if fairseq's ``generate`` returns fewer outputs than inputs when its
     batches leave one out (probed with a stand-in hub whose batches leave out
@@ -84,9 +124,12 @@ def closes_up_outputs() -> bool:
 
 
 def install() -> None:
-    """Wrap the hub's ``generate`` and ``sample`` if ``generate`` closes up (idempotent)."""
+    """Wrap the hub's ``generate`` and ``sample`` if ``generate`` closes up, and
+    its ``sample`` and ``encode`` for the inputs that are no text (idempotent)."""
     from fairseq.hub_utils import GeneratorHubInterface
 
     if closes_up_outputs():
         wrap_once(GeneratorHubInterface, "generate", _generate_in_place)
         wrap_once(GeneratorHubInterface, "sample", _sample_in_place)
+    wrap_once(GeneratorHubInterface, "sample", _text_inputs_only)
+    wrap_once(GeneratorHubInterface, "encode", _separators_as_spaces)

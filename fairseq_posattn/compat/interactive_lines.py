@@ -2,13 +2,16 @@
 
 fairseq 0.12's ``fairseq-interactive`` (and fairseq-fixed 0.12.3.1's) stops at
 a line longer than the model's source positions, translates an empty line as
-EOS alone, ends an ``--input`` file's lines at bare carriage returns and reads
-reserved symbols' texts as the symbols.  :func:`install` wraps ``buffered_read``
-so that a file's lines end at line feeds only, and ``make_batches`` so that each
-line is encoded once and checked before it is batched, with a warning naming
-it: a line too long is truncated (``--truncate-source``) or skipped, an empty
-one skipped, and the others keep their numbers (docs/reliability.md, Long and
-odd inputs).  Tasks that read input lines as fairseq's base task does get this.
+EOS alone and a line that is not UTF-8 as ``<unk>`` (or stops at it in an
+``--input`` file), ends an ``--input`` file's lines at bare carriage returns,
+merges the words on the two sides of a separator that subword-nmt keeps in a
+piece (:mod:`fairseq_posattn.data.raw_text`) and reads reserved symbols' texts
+as the symbols.  :func:`install` wraps ``buffered_read`` so that a file's lines
+end at line feeds only, and ``make_batches`` so that each line is checked and
+encoded once before it is batched, with a warning naming it: a line too long
+is truncated (``--truncate-source``) or skipped, an empty, blank or non-UTF-8
+one skipped, a separator read as a space, and the others keep their numbers
+(docs/reliability.md, Long and odd inputs).  Tasks that read input lines as fairseq's base task does get this.
 The wrapper goes into a ``fairseq_cli.interactive`` imported before the plugin
 (as the command and ``python -m`` import it): importing that module for nothing
 would set up the root logger on stdout.
@@ -23,6 +26,7 @@ import tempfile
 
 import torch
 
+from ..data.raw_text import spaces_for_separators, unreadable
 from .patching import wrap_once
 from .reserved_symbols import READ_AS, as_unknown
 
@@ -54,16 +58,22 @@ def _fitting_lines(make_batches):
         encoded, kept = {}, []
         for i, (number, line) in enumerate(zip(numbers, lines)):
             source = line.split("\t")[0] if cfg.generation.constraints else line
-            if "\r" in source:
-                logger.warning("input line %d holds U+000D CARRIAGE RETURN: kept in the line, "
-                               "read as a space between words", number)
-            pieces, reserved = as_unknown(tokenize_line(encode_fn(source)),
+            problem = unreadable(source)
+            if problem:
+                logger.warning("input line %d %s: skipped (it gets no S-%d or H-%d line)",
+                               number, problem, number - 1, number - 1)
+                continue
+            text, separators = spaces_for_separators(source)
+            if separators:
+                logger.warning("input line %d holds %s: kept in the line, read as a space "
+                               "between words", number, ", ".join(separators))
+            pieces, reserved = as_unknown(tokenize_line(encode_fn(text)),
                                           task.source_dictionary)
             if reserved:
                 logger.warning("input line %d: %s %s", number, ", ".join(reserved), READ_AS)
             if not pieces:
-                logger.warning("input line %d is empty: skipped (it gets no S-%d or H-%d line)",
-                               number, number - 1, number - 1)
+                logger.warning("input line %d is empty once tokenized: skipped (it gets no S-%d "
+                               "or H-%d line)", number, number - 1, number - 1)
                 continue
             if limit is not None and len(pieces) + 1 > limit:
                 too_long = ("input line %d has %d tokens with EOS, more than the model's %d "
@@ -95,7 +105,7 @@ def _whole_lines(buffered_read):
         if input == "-":
             yield from buffered_read(input, buffer_size)
             return
-        with open(input, encoding="utf-8", newline="\n") as f:
+        with open(input, encoding="utf-8", errors="surrogateescape", newline="\n") as f:
             lines = (line.strip() for line in f)
             yield from iter(lambda: list(itertools.islice(lines, buffer_size)), [])
 
@@ -111,7 +121,7 @@ def splits_lines_at_carriage_returns(buffered_read) -> bool:
         return sum(len(buffer) for buffer in buffered_read(path, 2)) > 1
 
 
-def _interactive_modules():
+def interactive_modules():
     """``fairseq_cli.interactive`` where it is imported: by name, or as ``__main__``."""
     modules = [sys.modules.get("fairseq_cli.interactive")]
     main = sys.modules.get("__main__")
@@ -123,7 +133,7 @@ def _interactive_modules():
 def install() -> None:
     """Wrap ``make_batches`` and (where it splits lines at carriage returns)
     ``buffered_read`` of an imported ``fairseq_cli.interactive`` (idempotent)."""
-    for module in _interactive_modules():
+    for module in interactive_modules():
         wrap_once(module, "make_batches", _fitting_lines)
         if splits_lines_at_carriage_returns(module.buffered_read):
             wrap_once(module, "buffered_read", _whole_lines)

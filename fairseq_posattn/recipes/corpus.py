@@ -14,6 +14,7 @@ import re
 import sys
 from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
+from ..data.raw_text import MosesText, spaces_for_separators
 from ..data.workers import worker_pool
 from ..errors import UserError
 from ..files import atomic_output, stream_lines
@@ -23,6 +24,24 @@ CHUNK_LINES = 2000
 
 class CorpusError(UserError, ValueError):
     """Bad input; the message names the file and what to do."""
+
+
+def text_lines(path: str) -> Iterator[str]:
+    """The lines of ``path`` to tokenize, segment or split into subwords, each
+    whitespace character but the space read as a space
+    (:func:`~fairseq_posattn.data.raw_text.spaces_for_separators`; the lines
+    that held one are counted on stderr)."""
+    held, names = [], {}
+    for n, line in enumerate(stream_lines(path), 1):
+        line, found = spaces_for_separators(line)
+        if found:
+            held.append(n)
+            names.update(dict.fromkeys(found))
+        yield line
+    if held:
+        print("%s: %d line(s) held %s (lines %s%s): read as spaces between words"
+              % (path, len(held), ", ".join(names), ", ".join(map(str, held[:10])),
+                 ", ..." if len(held) > 10 else ""), file=sys.stderr)
 
 
 def chunks(items: Iterable, size: int) -> Iterator[list]:
@@ -38,17 +57,11 @@ _moses = None
 
 def _init_moses(lang: str, aggressive_dashes: bool) -> None:
     global _moses
-    from sacremoses import MosesPunctNormalizer, MosesTokenizer
-
-    _moses = (MosesPunctNormalizer(lang=lang, post_remove_control_chars=True),
-              MosesTokenizer(lang=lang), aggressive_dashes)
+    _moses = MosesText(lang, aggressive_dashes)
 
 
 def _tokenize_chunk(lines: Sequence[str]) -> List[str]:
-    normalizer, tokenizer, aggressive = _moses
-    return [" ".join(tokenizer.tokenize(normalizer.normalize(line), escape=False,
-                                        aggressive_dash_splits=aggressive))
-            for line in lines]
+    return [_moses(line) for line in lines]
 
 
 def tokenize_lines(lines: Iterable[str], lang: str, aggressive_dashes: bool = False,
@@ -293,7 +306,7 @@ def _each_file(args, done: Optional[str], convert) -> None:
 
 def cmd_tokenize(args) -> None:
     _each_file(args, "tokenized %d lines", lambda src: tokenize_lines(
-        _progress(stream_lines(src), "tokenize " + src), args.lang, args.aggressive_dashes,
+        _progress(text_lines(src), "tokenize " + src), args.lang, args.aggressive_dashes,
         args.workers))
 
 
@@ -313,7 +326,7 @@ def cmd_segment(args) -> None:
     segmenter = build_segmenter(args.segmenter, args.lang, args.stanza_dir, args.model,
                                 args.download)
     _each_file(args, f"segmented %d lines ({args.segmenter})", lambda src: (
-        line for block in chunks(_progress(stream_lines(src), "segment " + src), 256)
+        line for block in chunks(_progress(text_lines(src), "segment " + src), 256)
         for line in segmenter.segment(block)))
 
 
@@ -342,7 +355,23 @@ def cmd_spm_train(args) -> None:
 
 
 def cmd_spm_encode(args) -> None:
-    _each_file(args, None, lambda src: spm_encode(args.model, stream_lines(src), args.workers))
+    _each_file(args, None, lambda src: spm_encode(args.model, text_lines(src), args.workers))
+
+
+def cmd_model_dir(args) -> None:
+    from ..data import model_dir
+
+    settings = {"source_lang": args.source_lang, "target_lang": args.target_lang, "bpe": args.bpe,
+                "bpe_codes" if args.bpe == "subword_nmt" else "sentencepiece_model": None}
+    if args.tokenizer:
+        settings.update(tokenizer=args.tokenizer, moses_no_dash_splits=not args.aggressive_dashes)
+    if args.parser:
+        settings.update({option: getattr(args, option) for option in
+                         ("parser", "parser_model", "parser_lang", "stanza_dir")
+                         if getattr(args, option) is not None})
+    model_dir.write(args.dir, args.dictionaries, settings, args.subword_model)
+    print("%s translates raw text: %s" % (args.dir, os.path.join(args.dir, model_dir.SETTINGS)),
+          file=sys.stderr)
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -397,6 +426,24 @@ def get_parser() -> argparse.ArgumentParser:
     c = command("spm-encode", cmd_spm_encode, "split tokenized text into sentencepiece pieces")
     c.add_argument("--model", required=True)
     c.add_argument("--workers", type=int, default=1)
+
+    c = command("model-dir", cmd_model_dir, "write beside a model's checkpoints what translating "
+                "raw text with it needs (docs/recipes.md)", files=False)
+    c.add_argument("--dir", required=True, help="the checkpoint directory")
+    c.add_argument("--dictionaries", nargs="+", required=True, help="dict.SRC.txt, dict.TGT.txt")
+    c.add_argument("--source-lang", required=True)
+    c.add_argument("--target-lang", required=True)
+    c.add_argument("--tokenizer", choices=("moses_normalized",), default=None,
+                   help="the tokenize command's tokenization (default: none, the text is "
+                        "read as it comes)")
+    c.add_argument("--aggressive-dashes", action="store_true", help="as given to tokenize")
+    c.add_argument("--bpe", choices=("subword_nmt", "sentencepiece"), required=True)
+    c.add_argument("--subword-model", required=True,
+                   help="the BPE codes (subword_nmt) or sentencepiece model of the source")
+    c.add_argument("--parser", default=None, help="the parser of a model that reads trees")
+    c.add_argument("--parser-model", default=None)
+    c.add_argument("--parser-lang", default=None)
+    c.add_argument("--stanza-dir", default=None)
     return p
 
 
