@@ -1,0 +1,138 @@
+"""The quickstart's figure with the machine that gave it (docs/results.md).
+
+    python3 scripts/quickstart_figure.py [--threads N] [--structure on|off | --arch NAME]
+    python3 scripts/quickstart_figure.py --table
+
+runs ``examples/quickstart/run.sh`` in a fresh work directory (it sets up
+``.venv`` first, as it does for a user), then writes the test BLEU and the
+exactly translated sentences, with the commit, the CPU, the instruction set
+torch's kernels use there (``torch.backends.cpu.get_cpu_capability()``), the
+torch version and the variables that force an instruction set, to
+``docs/results/quickstart/<commit>.<model>.<threads>threads.<isa>.<cpu>.json``.
+``--table`` prints docs/results.md's table of the committed files
+(tests/test_results.py checks that the page holds it).  Only the standard
+library: it runs before the environment exists."""
+
+import argparse
+import datetime
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "docs" / "results" / "quickstart"
+# what makes torch's own kernels, MKL and oneDNN pick another instruction set than the CPU's best
+ISA_VARIABLES = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA")
+CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_bf16", "amx_tile")
+# run.sh's settings: the script sets the first three from its options; the rest keep their defaults
+RUN_VARIABLES = ("THREADS", "STRUCTURE", "ARCH", "WORK", "MAX_UPDATE", "BPE_MERGES", "TRAIN_SIZE", "RETRAIN")
+MACHINE = """import json, torch
+print(json.dumps({"torch": torch.__version__, "isa": torch.backends.cpu.get_cpu_capability()}))"""
+
+
+def figures(log: str) -> dict:
+    """BLEU, exactly translated and test sentences, and sacreBLEU's signature from run.sh's output."""
+    counted = re.search(r"^\[quickstart\] (\d+) test sentences, (\d+) translated exactly$", log, re.M)
+    bleu = re.search(r"^\[quickstart\] BLEU = ([\d.]+) ", log, re.M)
+    signature = re.search(r"^\[quickstart\] sacrebleu signature: (\S+)$", log, re.M)
+    if not (counted and bleu and signature):
+        raise SystemExit("quickstart_figure: run.sh's output lacks its BLEU, exact-sentence or signature line")
+    return {"bleu": float(bleu[1]), "exact": int(counted[2]), "sentences": int(counted[1]),
+            "signature": signature[1]}
+
+
+def cpu() -> dict:
+    """The CPU's model name, cores and the vector extensions that decide which kernels run (Linux)."""
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    model = re.search(r"^model name\s*:\s*(.+)$", info, re.M)
+    flags = set(re.search(r"^flags\s*:\s*(.+)$", info, re.M)[1].split()) if model else set()
+    return {"cpu": model[1].strip() if model else "unknown", "cores": os.cpu_count(),
+            "cpu_flags": [flag for flag in CPU_FLAGS if flag in flags]}
+
+
+def git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=REPO, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def measure(settings: dict) -> dict:
+    """One run of run.sh with ``settings`` in a fresh work directory; its figures and the machine."""
+    venv = Path(os.environ.get("VENV", REPO / ".venv"))
+    with tempfile.TemporaryDirectory(prefix="quickstart-") as work:
+        env = {**os.environ, **settings, "WORK": work}
+        proc = subprocess.run(["bash", str(REPO / "examples" / "quickstart" / "run.sh")], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        sys.stderr.write(proc.stdout)
+        if proc.returncode != 0:
+            raise SystemExit(f"quickstart_figure: run.sh failed (exit {proc.returncode})")
+        found = figures(proc.stdout)
+    machine = json.loads(subprocess.run([str(venv / "bin" / "python"), "-c", MACHINE], env=env, check=True,
+                                        capture_output=True, text=True).stdout)
+    return {**found, "settings": settings, "commit": git("rev-parse", "HEAD"),
+            "changed_files": git("status", "--porcelain", "--untracked-files=no").splitlines(),
+            "date": datetime.date.today().isoformat(), **cpu(), **machine,
+            "isa_variables": {name: os.environ[name] for name in ISA_VARIABLES if name in os.environ}}
+
+
+def model_name(settings: dict) -> str:
+    if "ARCH" in settings:
+        return settings["ARCH"]
+    return "transformer_struct" if settings["STRUCTURE"] == "on" else "transformer_posattn-rel"
+
+
+def record_path(record: dict) -> Path:
+    threads = record["settings"]["THREADS"]
+    return RESULTS / (f"{record['commit'][:7]}.{model_name(record['settings'])}.{threads}threads."
+                      f"{record['isa'].lower()}.{slug(record['cpu'])}.json")
+
+
+def records() -> list:
+    return [json.loads(path.read_text()) for path in sorted(RESULTS.glob("*.json"))]
+
+
+def table(found: list) -> str:
+    """docs/results.md's table: one row per committed run."""
+    lines = ["| model | commit | CPU | torch's kernels | forced | threads | test BLEU | exact sentences |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in sorted(found, key=lambda r: (model_name(r["settings"]), r["date"], r["cpu"], r["isa"],
+                                          int(r["settings"]["THREADS"]), sorted(r["isa_variables"].items()))):
+        forced = ", ".join(f"`{k}={v}`" for k, v in sorted(r["isa_variables"].items())) or "–"
+        lines.append(f"| `{model_name(r['settings'])}` | {r['commit'][:7]} ({r['date']}) | {r['cpu']} | "
+                     f"{r['isa']} | {forced} | {r['settings']['THREADS']} | {r['bleu']:.2f} | "
+                     f"{r['exact']}/{r['sentences']} |")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (run.sh's THREADS; default 1)")
+    model = parser.add_mutually_exclusive_group()
+    model.add_argument("--structure", choices=("on", "off"), default="on", help="run.sh's STRUCTURE")
+    model.add_argument("--arch", help="run.sh's ARCH (another architecture)")
+    parser.add_argument("--table", action="store_true", help="print the table of the committed runs and stop")
+    args = parser.parse_args(argv)
+    overridden = [name for name in RUN_VARIABLES if name in os.environ]
+    if overridden and not args.table:
+        parser.error(f"unset {', '.join(overridden)}: the figure is run.sh's defaults, in a fresh work directory "
+                     "(--threads, --structure and --arch choose the rest)")
+    if args.table:
+        print(table(records()))
+        return
+    settings = {"THREADS": str(args.threads)}
+    settings.update({"ARCH": args.arch} if args.arch else {"STRUCTURE": args.structure})
+    record = measure(settings)
+    path = record_path(record)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=1) + "\n")
+    print(f"BLEU {record['bleu']:.2f}, {record['exact']}/{record['sentences']} exact -> {path.relative_to(REPO)}")
+
+
+if __name__ == "__main__":
+    main()
