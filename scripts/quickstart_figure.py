@@ -2,6 +2,7 @@
 
     python3 scripts/quickstart_figure.py [--threads N] [--structure on|off | --arch NAME]
     python3 scripts/quickstart_figure.py --table
+    python3 scripts/quickstart_figure.py --kernels
 
 runs ``examples/quickstart/run.sh`` in a fresh work directory (it sets up
 ``.venv`` first, as it does for a user), then writes the test BLEU and the
@@ -10,8 +11,10 @@ torch's kernels use there (``torch.backends.cpu.get_cpu_capability()``), the
 torch version and the variables that force an instruction set, to
 ``docs/results/quickstart/<commit>.<model>.<threads>threads.<isa>.<cpu>.json``.
 ``--table`` prints docs/results.md's table of the committed files
-(tests/test_results.py checks that the page holds it).  Only the standard
-library: it runs before the environment exists."""
+(tests/test_results.py checks that the page holds it).  ``--kernels`` prints
+which of the quickstart's float32 ops give other bits when torch's kernels,
+MKL or oneDNN are forced to AVX2, or with 2 or 4 threads instead of one.  Only
+the standard library: it runs before the environment exists."""
 
 import argparse
 import datetime
@@ -32,6 +35,52 @@ CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_bf16", "a
 RUN_VARIABLES = ("THREADS", "STRUCTURE", "ARCH", "WORK", "MAX_UPDATE", "BPE_MERGES", "TRAIN_SIZE", "RETRAIN")
 MACHINE = """import json, torch
 print(json.dumps({"torch": torch.__version__, "isa": torch.backends.cpu.get_cpu_capability()}))"""
+
+# the quickstart's float32 ops on fixed inputs: {name: sha1 of the result's bytes}
+KERNEL_BITS = """import hashlib, json, os, torch, torch.nn.functional as F
+torch.set_num_threads(int(os.environ.get("THREADS", "1")))
+g = torch.Generator().manual_seed(0)
+x, w = torch.randn(512, 128, generator=g), torch.randn(128, 256, generator=g)
+a, b = torch.randn(16, 40, 32, generator=g), torch.randn(16, 32, 40, generator=g)
+t, q = torch.randn(64, 40, 37, generator=g) * 5, torch.randn(8, 4, 40, 32, generator=g)
+mask = torch.zeros(8, 1, 40, 40).masked_fill(torch.arange(40) >= 35, float("-inf"))
+tokens, grad, gain = torch.randn(4096, 128, generator=g), torch.randn(4096, 128, generator=g), torch.ones(128)
+gain.requires_grad_()  # a weight's gradient sums over a batch's 4096 tokens
+ops = {"mm": lambda: x @ w, "mm over tokens": lambda: tokens.t() @ grad,
+       "layer_norm's weight gradient": lambda: torch.autograd.grad(
+           (F.layer_norm(tokens, (128,), gain) * grad).sum(), gain)[0],
+       "bmm": lambda: torch.bmm(a, b), "softmax": lambda: t.softmax(-1),
+       "log_softmax": lambda: t.log_softmax(-1), "layer_norm": lambda: F.layer_norm(x, (128,)),
+       "sum": lambda: t.sum(-1), "exp": lambda: t.exp(),
+       "sdpa": lambda: F.scaled_dot_product_attention(q, q, q, attn_mask=mask)}
+print(json.dumps({k: hashlib.sha1(f().numpy().tobytes()).hexdigest() for k, f in ops.items()}))"""
+KERNEL_SETTINGS = {"ATEN_CPU_CAPABILITY=avx2": {"ATEN_CPU_CAPABILITY": "avx2"},
+                   "MKL_ENABLE_INSTRUCTIONS=AVX2": {"MKL_ENABLE_INSTRUCTIONS": "AVX2"},
+                   "ONEDNN_MAX_CPU_ISA=AVX2": {"ONEDNN_MAX_CPU_ISA": "AVX2"},
+                   "2 threads": {"THREADS": "2"}, "4 threads": {"THREADS": "4"}}
+
+
+def venv_python() -> str:
+    return str(Path(os.environ.get("VENV", REPO / ".venv")) / "bin" / "python")
+
+
+def kernel_bits(settings: dict) -> dict:
+    """{op: sha1 of its result} in a fresh process with ``settings`` added to the environment."""
+    env = {**{k: v for k, v in os.environ.items() if k not in ISA_VARIABLES}, **settings}
+    return json.loads(subprocess.run([venv_python(), "-c", KERNEL_BITS], env=env, check=True,
+                                     capture_output=True, text=True).stdout)
+
+
+def kernels() -> str:
+    """Which ops change their bits under each of :data:`KERNEL_SETTINGS` (one thread, nothing forced: the base)."""
+    base = kernel_bits({})
+    lines = ["| setting | ops with other bits | ops with the same bits |", "|---|---|---|"]
+    for name, settings in KERNEL_SETTINGS.items():
+        bits = kernel_bits(settings)
+        changed = [op for op in base if bits[op] != base[op]]
+        lines.append(f"| {name} | {', '.join(changed) or '–'} | "
+                     f"{', '.join(op for op in base if op not in changed) or '–'} |")
+    return "\n".join(lines)
 
 
 def figures(log: str) -> dict:
@@ -64,7 +113,6 @@ def slug(text: str) -> str:
 
 def measure(settings: dict) -> dict:
     """One run of run.sh with ``settings`` in a fresh work directory; its figures and the machine."""
-    venv = Path(os.environ.get("VENV", REPO / ".venv"))
     with tempfile.TemporaryDirectory(prefix="quickstart-") as work:
         env = {**os.environ, **settings, "WORK": work}
         proc = subprocess.run(["bash", str(REPO / "examples" / "quickstart" / "run.sh")], env=env,
@@ -73,7 +121,7 @@ def measure(settings: dict) -> dict:
         if proc.returncode != 0:
             raise SystemExit(f"quickstart_figure: run.sh failed (exit {proc.returncode})")
         found = figures(proc.stdout)
-    machine = json.loads(subprocess.run([str(venv / "bin" / "python"), "-c", MACHINE], env=env, check=True,
+    machine = json.loads(subprocess.run([venv_python(), "-c", MACHINE], env=env, check=True,
                                         capture_output=True, text=True).stdout)
     return {**found, "settings": settings, "commit": git("rev-parse", "HEAD"),
             "changed_files": git("status", "--porcelain", "--untracked-files=no").splitlines(),
@@ -117,8 +165,13 @@ def main(argv=None):
     model.add_argument("--structure", choices=("on", "off"), default="on", help="run.sh's STRUCTURE")
     model.add_argument("--arch", help="run.sh's ARCH (another architecture)")
     parser.add_argument("--table", action="store_true", help="print the table of the committed runs and stop")
+    parser.add_argument("--kernels", action="store_true",
+                        help="print which ops give other bits with another instruction set or thread count, and stop")
     args = parser.parse_args(argv)
     overridden = [name for name in RUN_VARIABLES if name in os.environ]
+    if args.kernels:
+        print(kernels())
+        return
     if overridden and not args.table:
         parser.error(f"unset {', '.join(overridden)}: the figure is run.sh's defaults, in a fresh work directory "
                      "(--threads, --structure and --arch choose the rest)")
