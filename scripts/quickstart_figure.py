@@ -9,7 +9,7 @@ runs ``examples/quickstart/run.sh`` in a fresh work directory (it sets up
 exactly translated sentences, with the commit, the CPU, the instruction set
 torch's kernels use there (``torch.backends.cpu.get_cpu_capability()``), the
 torch version and the variables that force an instruction set, to
-``docs/results/quickstart/<commit>.<model>.<threads>threads.<isa>.<cpu>.json``.
+``docs/results/quickstart/`` (:func:`record_path`).
 ``--table`` prints docs/results.md's table of the committed files
 (tests/test_results.py checks that the page holds it).  ``--kernels`` prints
 which of the quickstart's float32 ops give other bits when torch's kernels,
@@ -72,7 +72,7 @@ def kernel_bits(settings: dict) -> dict:
 
 
 def kernels() -> str:
-    """Which ops change their bits under each of :data:`KERNEL_SETTINGS` (one thread, nothing forced: the base)."""
+    """The ops whose bits each of :data:`KERNEL_SETTINGS` changes (from one thread, nothing forced)."""
     base = kernel_bits({})
     lines = ["| setting | ops with other bits | ops with the same bits |", "|---|---|---|"]
     for name, settings in KERNEL_SETTINGS.items():
@@ -89,7 +89,7 @@ def figures(log: str) -> dict:
     bleu = re.search(r"^\[quickstart\] BLEU = ([\d.]+) ", log, re.M)
     signature = re.search(r"^\[quickstart\] sacrebleu signature: (\S+)$", log, re.M)
     if not (counted and bleu and signature):
-        raise SystemExit("quickstart_figure: run.sh's output lacks its BLEU, exact-sentence or signature line")
+        raise SystemExit("quickstart_figure: run.sh's output lacks its BLEU, exact sentences or signature")
     return {"bleu": float(bleu[1]), "exact": int(counted[2]), "sentences": int(counted[1]),
             "signature": signature[1]}
 
@@ -136,9 +136,12 @@ def model_name(settings: dict) -> str:
 
 
 def record_path(record: dict) -> Path:
+    """``<commit>.<model>.<threads>threads.<isa>[.<forced instruction sets>].<cpu>.json``"""
+    forcing = record["isa_variables"].items()
+    forced = "".join(f".{slug(name)}-{slug(value)}" for name, value in sorted(forcing))
     threads = record["settings"]["THREADS"]
     return RESULTS / (f"{record['commit'][:7]}.{model_name(record['settings'])}.{threads}threads."
-                      f"{record['isa'].lower()}.{slug(record['cpu'])}.json")
+                      f"{record['isa'].lower()}{forced}.{slug(record['cpu'])}.json")
 
 
 def records() -> list:
@@ -166,15 +169,15 @@ def main(argv=None):
     model.add_argument("--arch", help="run.sh's ARCH (another architecture)")
     parser.add_argument("--table", action="store_true", help="print the table of the committed runs and stop")
     parser.add_argument("--kernels", action="store_true",
-                        help="print which ops give other bits with another instruction set or thread count, and stop")
+                        help="print the ops whose bits another instruction set or threads change, and stop")
     args = parser.parse_args(argv)
     overridden = [name for name in RUN_VARIABLES if name in os.environ]
     if args.kernels:
         print(kernels())
         return
     if overridden and not args.table:
-        parser.error(f"unset {', '.join(overridden)}: the figure is run.sh's defaults, in a fresh work directory "
-                     "(--threads, --structure and --arch choose the rest)")
+        parser.error(f"unset {', '.join(overridden)}: the figure is run.sh's defaults in a fresh work "
+                     "directory (--threads, --structure and --arch choose the rest)")
     if args.table:
         print(table(records()))
         return
@@ -184,7 +187,7 @@ def main(argv=None):
     path = record_path(record)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=1) + "\n")
-    print(f"BLEU {record['bleu']:.2f}, {record['exact']}/{record['sentences']} exact -> {path.relative_to(REPO)}")
+    print(f"BLEU {record['bleu']:.2f}, {record['exact']}/{record['sentences']} exact: {path}")
 
 
 if __name__ == "__main__":
