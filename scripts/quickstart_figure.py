@@ -66,7 +66,7 @@ def venv_python() -> str:
 
 def kernel_bits(settings: dict) -> dict:
     """{op: sha1 of its result} in a fresh process with ``settings`` added to the environment."""
-    env = {**{k: v for k, v in os.environ.items() if k not in ISA_VARIABLES}, **settings}
+    env = {**{k: v for k, v in os.environ.items() if k not in ISA_VARIABLES + ("THREADS",)}, **settings}
     return json.loads(subprocess.run([venv_python(), "-c", KERNEL_BITS], env=env, check=True,
                                      capture_output=True, text=True).stdout)
 
@@ -171,16 +171,13 @@ def main(argv=None):
     parser.add_argument("--kernels", action="store_true",
                         help="print the ops whose bits another instruction set or threads change, and stop")
     args = parser.parse_args(argv)
-    overridden = [name for name in RUN_VARIABLES if name in os.environ]
-    if args.kernels:
-        print(kernels())
+    if args.table or args.kernels:
+        print(table(records()) if args.table else kernels())
         return
-    if overridden and not args.table:
+    overridden = [name for name in RUN_VARIABLES if name in os.environ]
+    if overridden:
         parser.error(f"unset {', '.join(overridden)}: the figure is run.sh's defaults in a fresh work "
                      "directory (--threads, --structure and --arch choose the rest)")
-    if args.table:
-        print(table(records()))
-        return
     settings = {"THREADS": str(args.threads)}
     settings.update({"ARCH": args.arch} if args.arch else {"STRUCTURE": args.structure})
     record = measure(settings)
