@@ -6,6 +6,7 @@ import re
 import pytest
 
 from conftest import REPO, run
+from test_results import quickstart_figure
 
 pytestmark = pytest.mark.slow  # command lines, recipes, training
 
@@ -23,9 +24,10 @@ def test_quickstart_runs_every_step_with_and_without_structure(tmp_path):
             timeout=600,
         )
         log = logs[structure] = proc.stdout + proc.stderr
-        assert re.search(r"\[quickstart\] 300 test sentences, \d+ translated exactly", log)
-        assert re.search(r"\[quickstart\] BLEU = [\d.]+", log)
-        assert "sacrebleu signature: nrefs:1" in log
+        # the figure scripts/quickstart_figure.py reads from the output
+        figure = quickstart_figure().figures(log)
+        assert figure["sentences"] == 300 and 0 <= figure["exact"] <= 300 and 0 <= figure["bleu"] <= 100
+        assert figure["signature"].startswith("nrefs:1|")
         arch = "transformer_struct" if structure == "on" else "transformer_posattn --relative-positions"
         assert f"--task translation_struct --arch {arch}" in log
         # two raw sentences translated by fairseq-interactive after BPE (and parsing, for transformer_struct)

@@ -11,8 +11,10 @@ committed run outputs under docs/results.
   references.  Runs when MULTI30K_DIR names the directory with the raw
   Multi30k task 1 references (val.de, test_2016_flickr.de); skipped otherwise."""
 
+import importlib.util
 import os
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -90,3 +92,45 @@ def test_the_logic_table_is_what_the_command_prints_for_the_committed_counts(cap
     printed = capsys.readouterr().out.strip()
     assert printed.startswith("| operators | examples | SAN | LSTM | ON-LSTM | ON-LSTM+SAN |")
     assert section == printed
+
+
+QUICKSTART_SECTION = re.compile(r"<!-- quickstart-table -->(.*?)<!-- end quickstart-table -->", re.S)
+
+
+def quickstart_figure():
+    spec = importlib.util.spec_from_file_location("quickstart_figure", REPO / "scripts" / "quickstart_figure.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_quickstart_table_is_the_committed_runs_of_scripts_quickstart_figure():
+    figure = quickstart_figure()
+    records = figure.records()
+    assert records, "no committed run under docs/results/quickstart"
+    for path, record in zip(sorted(figure.RESULTS.glob("*.json")), records):
+        assert figure.record_path(record) == path  # named as the script names it
+        assert record["changed_files"] == [], path  # run from a committed checkout
+    text = (REPO / "docs" / "results.md").read_text(encoding="utf-8")
+    assert QUICKSTART_SECTION.search(text)[1].strip() == figure.table(records)
+
+
+def test_quickstart_figure_refuses_a_run_sh_setting_by_name(monkeypatch, capsys):
+    monkeypatch.setenv("MAX_UPDATE", "3")
+    with pytest.raises(SystemExit):
+        quickstart_figure().main(["--threads", "1"])
+    assert "unset MAX_UPDATE" in capsys.readouterr().err
+
+
+def test_quickstart_figure_kernels_finds_the_ops_whose_bits_the_threads_change(monkeypatch):
+    import torch
+    monkeypatch.setenv("VENV", str(Path(sys.executable).parent.parent))  # this interpreter's torch
+    figure = quickstart_figure()
+    base = figure.kernel_bits({})
+    assert figure.kernel_bits({}) == base  # the probe itself is deterministic
+    threads = figure.kernel_bits({"THREADS": "2"})
+    assert threads["mm over tokens"] != base["mm over tokens"]  # MKL splits the long sum between threads
+    assert threads["softmax"] == base["softmax"]
+    if torch.backends.cpu.get_cpu_capability() == "AVX512":
+        forced = figure.kernel_bits({"ATEN_CPU_CAPABILITY": "avx2"})
+        assert forced["softmax"] != base["softmax"] and forced["mm"] == base["mm"]

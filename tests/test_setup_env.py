@@ -1,5 +1,6 @@
 """scripts/setup_env.sh refuses a Python the package does not support, before it creates anything."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -36,3 +37,14 @@ def test_a_newer_python_is_warned_about_and_goes_on(tmp_path):
     proc = run_setup(tmp_path, (3, 14, 0, "final", 0))
     assert "WARNING: Python 3.14 has not been checked (supported: 3.10, 3.11, 3.12 and 3.13)" in proc.stderr
     assert "are supported" not in proc.stderr
+
+
+def test_the_documented_set_up_time_names_its_machine_date_and_a_commit_of_that_date():
+    text = " ".join((REPO / "docs" / "setup.md").read_text(encoding="utf-8").split())
+    measured = re.search(r"On the 2-core development machine \(an? ([^,]+),[^)]*\) a fresh set-up took about "
+                         r"(\d+ min \d+ s) on (\d{4}-\d\d-\d\d) \(commit ([0-9a-f]{7,40})\)", text)
+    assert measured, "docs/setup.md's set-up time lacks its machine, date or commit"
+    committed = subprocess.run(["git", "show", "-s", "--format=%cs", measured[4]], cwd=REPO,
+                               capture_output=True, text=True)
+    assert committed.returncode == 0, f"git does not know commit {measured[4]}"
+    assert committed.stdout.strip() <= measured[3]  # measured at a commit that existed then
