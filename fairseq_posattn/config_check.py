@@ -1,7 +1,8 @@
 """Every option of the plugin's models and tasks checked against its one
 declaration, a ``FairseqDataclass`` field (type, choices, help), on every route.
 
-fairseq's parser, generated from the fields, checks the command line; hydra
+fairseq's parser, generated from the fields, checks the command line (an
+unknown flag refused with the nearest one: :func:`with_nearest_flags`); hydra
 configs, overrides and a checkpoint's saved config are checked here, a task
 section where fairseq merges it with its dataclass and a model section before
 ``fairseq.models.build_model`` runs its architecture functions (the hooks:
@@ -13,7 +14,7 @@ another form (``"true"``, ``"16"``) is converted.
 When the model is built, an option that cannot take effect is refused too
 (:func:`check_model_effects`): one whose value differs from the
 architecture's and a need of which its field declares is unmet (its
-metadata's ``needs``, :class:`~fairseq_posattn.modules.attention_config.Need`),
+metadata's ``needs``, :class:`~fairseq_posattn.modules.options.Need`),
 and structural positions under a task that gives no dependency trees.
 
 The models are not registered with a dataclass (``register_model(name,
@@ -36,7 +37,30 @@ from omegaconf.errors import ValidationError
 
 from .errors import nearest
 
+UNRECOGNIZED = "unrecognized arguments: "  # the start of argparse's error for unknown flags
 KINDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
+
+
+def with_nearest_flags(parser: argparse.ArgumentParser, argv, message: str) -> str:
+    """argparse's error ``message`` with, for each unrecognized argument, the
+    nearest flag of ``parser`` or the switch it follows in ``argv``."""
+    if not message.startswith(UNRECOGNIZED):
+        return message
+    names = [flag[2:] for action in parser._actions for flag in action.option_strings
+             if flag.startswith("--")]
+    switches = {flag for action in parser._actions if action.nargs == 0
+                for flag in action.option_strings}
+    notes = []
+    for argument in message[len(UNRECOGNIZED):].split(" "):
+        if argument.startswith("--"):
+            guess = nearest(argument.split("=")[0][2:], names)
+            if guess:
+                notes.append(f"{argument}: did you mean --{guess}?")
+        elif argument in argv and argv.index(argument) > 0:
+            before = argv[argv.index(argument) - 1]
+            if before in switches:
+                notes.append(f"{before} is a switch and takes no value ({argument!r})")
+    return "; ".join([message, *notes])
 
 
 def refuse_unknown(section: str, owner: str, keys: Iterable[str], known: Iterable[str]) -> None:
@@ -209,7 +233,7 @@ def check_model_effects(model_cls, cfg, task, names: Optional[Iterable[str]] = N
     """Refuse a model section (of ``model_cls``, built for ``task``) whose
     structural positions ``task`` gives no trees for, and an option of the
     model that cannot take effect (of ``names`` only, unless None)."""
-    from .modules.attention_config import PositionAttentionConfig
+    from .modules.options import PositionAttentionConfig
 
     options, arch = filled_model_options(cfg), architecture(cfg)
     structural = PositionAttentionConfig.from_namespace(options)

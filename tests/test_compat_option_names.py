@@ -10,7 +10,7 @@ from fairseq.dataclass import utils as dataclass_utils
 from omegaconf import OmegaConf
 
 import fairseq_posattn  # noqa: F401  (installs the hooks)
-from fairseq_posattn.compat.option_names import with_nearest_flags
+from fairseq_posattn.config_check import with_nearest_flags
 from fairseq_posattn.models.from_flags import stand_in_dictionary
 from fairseq_posattn.tasks.translation_struct import TranslationStructConfig
 

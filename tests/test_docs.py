@@ -814,6 +814,48 @@ def check_length(name: str, text: str, limit: int) -> List[Offence]:
     return [Offence(name, lines, f"has {lines} lines, more than {limit}")] if lines > limit else []
 
 
+# The newcomer test: each concept reached from README.md by opening at most three files, README,
+# the page it links and the module that page's "Where it lives:" paragraph names, which holds the concept.
+CONCEPTS = {  # concept: (its page, its module, what the module holds)
+    "Shaw's value term": ("docs/architectures.md", "fairseq_posattn/modules/relative_positions.py",
+                          "class RelativeValues"),
+    "the kernel choice": ("docs/architectures.md", "fairseq_posattn/modules/kernel_choice.py",
+                          "def attention_kernel"),
+    "Wang's structural relative rule": ("docs/structure.md", "fairseq_posattn/structure/tree.py",
+                                        "def relative_structural_positions"),
+    "trees from preprocess to batch": ("docs/structure.md", "fairseq_posattn/data/tree_files.py",
+                                       "class TreeFileWriter"),
+    "the ON-LSTM's cumax master gates": ("docs/hybrids.md", "fairseq_posattn/modules/onlstm_reference.py",
+                                         "def cumax"),
+    "Hao's short-cut, Eq. 10": ("docs/hybrids.md", "fairseq_posattn/models/encoder.py", "Eq. 10"),
+    "how a hydra option is typed and checked": ("docs/setup.md", "fairseq_posattn/config_check.py",
+                                                "def check_options"),
+    "how a checkpoint restores input-reading options": ("docs/reliability.md",
+                                                        "fairseq_posattn/tasks/input_options.py",
+                                                        "class RemembersInputOptions"),
+}
+WHERE = "Where it lives:"
+
+
+def where_it_lives(text: str) -> str:
+    """The page's paragraphs that start with ``Where it lives:``, joined."""
+    return "\n".join(paragraph for paragraph in re.split(r"\n\s*\n", text) if paragraph.startswith(WHERE))
+
+
+def check_newcomer_paths(concepts: Dict[str, Tuple[str, str, str]], root: Path = REPO) -> List[Offence]:
+    """Each concept's page is linked from README.md, names its module where it says where things live,
+    and the module holds what the concept names."""
+    readme, out = (root / "README.md").read_text(), []
+    for concept, (page, module, holds) in concepts.items():
+        if f"]({page}" not in readme:
+            out.append(Offence("README.md", 1, f"links no {page} ({concept})"))
+        if f"`{module}`" not in where_it_lives((root / page).read_text()):
+            out.append(Offence(page, 1, f"its {WHERE!r} paragraph names no `{module}` ({concept})"))
+        if holds not in (root / module).read_text():
+            out.append(Offence(module, 1, f"holds no {holds!r} ({concept})"))
+    return out
+
+
 # ---- the documents -------------------------------------------------------------------
 
 def documents() -> List[Path]:
@@ -936,6 +978,11 @@ def test_changelog_links_and_paths():
 def test_benchmark_log_links_and_outputs():
     name, text = rel(BENCHMARK_LOG), BENCHMARK_LOG.read_text()
     offences = check_links(name, text, BENCHMARK_LOG.parent) + check_cited_outputs(name, text)
+    assert not offences, report(offences)
+
+
+def test_a_newcomer_reaches_each_concept_in_three_files():
+    offences = check_newcomer_paths(CONCEPTS)
     assert not offences, report(offences)
 
 
@@ -1100,4 +1147,18 @@ def test_old_names_are_exempt_only_inside_their_markers():
     text = ("`scripts/gone.py`\n<!-- old names -->\n| `scripts/gone.py` | new |\n"
             "<!-- /old names -->\n")
     assert [o.line for o in check_paths("fake.md", text)] == [1]
+
+
+def test_the_newcomer_check_reports(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "mod.py").write_text("def concept(): pass\n")
+    (tmp_path / "README.md").write_text("[page](docs/page.md)\n")
+    concept = {"a concept": ("docs/page.md", "mod.py", "def concept")}
+    (tmp_path / "docs" / "page.md").write_text("text naming `mod.py`\n\nWhere it lives: elsewhere.\n")
+    assert [o.file for o in check_newcomer_paths(concept, tmp_path)] == ["docs/page.md"]
+    (tmp_path / "docs" / "page.md").write_text("text\n\nWhere it lives: `mod.py`, the\nconcept.\n")
+    assert not check_newcomer_paths(concept, tmp_path)
+    (tmp_path / "docs" / "other.md").write_text("Where it lives: `mod.py`.\n")
+    offences = check_newcomer_paths({"gone": ("docs/other.md", "mod.py", "def gone")}, tmp_path)
+    assert [o.file for o in offences] == ["README.md", "mod.py"]
 

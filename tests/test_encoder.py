@@ -21,7 +21,7 @@ from fairseq_posattn.models.transformer_posattn import (
     PositionAwareTransformerModel,
 )
 from fairseq_posattn.modules import PositionAttentionConfig
-from fairseq_posattn.modules.recurrence_config import RecurrenceConfig
+from fairseq_posattn.modules.options import RecurrenceConfig
 from fairseq_posattn.modules.attention_context import gather_time, right_padding_order
 
 VOCAB = Dictionary()

@@ -12,8 +12,7 @@ from test_logic_inference import logic_data  # noqa: F401  (fixture)
 from test_pos_tagging import treebank  # noqa: F401  (fixture)
 from test_relation_classification import toy_tacred  # noqa: F401  (fixture)
 
-from fairseq_posattn.modules.attention_config import PositionAttentionConfig
-from fairseq_posattn.modules.recurrence_config import RecurrenceConfig
+from fairseq_posattn.modules.options import PositionAttentionConfig, RecurrenceConfig
 
 pytestmark = pytest.mark.slow
 

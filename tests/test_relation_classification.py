@@ -20,7 +20,7 @@ from fairseq.models.transformer import TransformerConfig
 
 from fairseq_posattn.metrics import micro_scores, relation_counts
 from fairseq_posattn.evaluation.relation_scores import cli_main as score_command
-from fairseq_posattn.modules.attention_config import PositionAttentionConfig
+from fairseq_posattn.modules.options import PositionAttentionConfig
 from fairseq_posattn.modules.attention_context import AttentionContext
 from fairseq_posattn.modules.encoder_layer import PositionAwareEncoderLayer
 from fairseq_posattn.models.relation.entity_positions import (

@@ -6,7 +6,7 @@ for it and leave fairseq unchanged where it is absent; docs/setup.md (What the
 plugin repairs) lists them.
 """
 
-from . import (bf16, checkpoint_integrity, clean_exit, hub_skipped_inputs, hydra, input_options,
+from . import (bf16, checkpoint_integrity, checkpoint_task, clean_exit, hub_skipped_inputs, hydra,
                interactive_lines, last_batch, model_dir, option_names, reserved_symbols, safe_loading,
                user_dir, user_errors)
 from . import atomic_copies, distributed_launch
@@ -27,6 +27,6 @@ def install() -> None:
     option_names.install()  # before bf16, which reads parse_args_and_arch's code once
     bf16.install()
     hydra.install()
-    input_options.install()
+    checkpoint_task.install()
     clean_exit.install()
     user_errors.install()

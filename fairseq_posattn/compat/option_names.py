@@ -14,16 +14,14 @@ an unknown task key with no valid name or drops it from a checkpoint's
 config, to check a config of the plugin's tasks first
 (:func:`fairseq_posattn.config_check.check_task_config`).  The wrapped
 ``fairseq.options.parse_args_and_arch`` adds to argparse's "unrecognized
-arguments" the nearest flag, or the switch a value follows.
+arguments" the nearest flag, or the switch a value follows
+(:func:`fairseq_posattn.config_check.with_nearest_flags`).
 """
 
-import argparse
 import functools
 import sys
 
 from .patching import wrap_once
-
-UNRECOGNIZED = "unrecognized arguments: "
 
 
 def _plugin_task_config(dataclass_or_instance):
@@ -87,33 +85,11 @@ def _refusing_inert_overrides(load_model_ensemble_and_task):
     return wrapper
 
 
-def with_nearest_flags(parser: argparse.ArgumentParser, argv, message: str) -> str:
-    """argparse's error ``message`` with, for each unrecognized argument, the
-    nearest flag of ``parser`` or the switch it follows in ``argv``."""
-    from ..errors import nearest
-
-    if not message.startswith(UNRECOGNIZED):
-        return message
-    names = [flag[2:] for action in parser._actions for flag in action.option_strings
-             if flag.startswith("--")]
-    switches = {flag for action in parser._actions if action.nargs == 0
-                for flag in action.option_strings}
-    notes = []
-    for argument in message[len(UNRECOGNIZED):].split(" "):
-        if argument.startswith("--"):
-            guess = nearest(argument.split("=")[0][2:], names)
-            if guess:
-                notes.append(f"{argument}: did you mean --{guess}?")
-        elif argument in argv and argv.index(argument) > 0:
-            before = argv[argv.index(argument) - 1]
-            if before in switches:
-                notes.append(f"{before} is a switch and takes no value ({argument!r})")
-    return "; ".join([message, *notes])
-
-
 def _suggesting(parse_args_and_arch):
     @functools.wraps(parse_args_and_arch)
     def wrapper(parser, input_args=None, *args, **kwargs):
+        from ..config_check import with_nearest_flags
+
         argv = [str(a) for a in (sys.argv[1:] if input_args is None else input_args)]
         parser.error = lambda message: type(parser).error(
             parser, with_nearest_flags(parser, argv, message))

@@ -5,8 +5,10 @@ Per split, one fairseq mmap indexed dataset
 ``{split}.{src}-{tgt}.{src}.trees.{bin,idx}``: per sentence one value per
 subword piece (:func:`~fairseq_posattn.structure.pieces.encode_piece_tree`),
 in the smallest unsigned type that holds the longest source sentence.
-:class:`TreeFileWriter` writes it and :func:`load_trees` checks and loads it,
-both in constant memory.
+:class:`TreeFileWriter` writes it (for :mod:`fairseq_posattn.data.preprocess`) and
+:func:`load_trees` checks and loads it, both in constant memory, for the
+collater of :mod:`fairseq_posattn.data.tree_dataset`, which decodes it into
+each batch.
 """
 
 import itertools

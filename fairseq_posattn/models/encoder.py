@@ -17,12 +17,11 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from ..kernels.manual import ATTENTION, RECURRENCE
 from ..modules.attention import PositionAwareSelfAttention
-from ..modules.attention_config import PositionAttentionConfig
 from ..modules.attention_context import AttentionContext, gather_time, right_padding_order
 from ..modules.encoder_layer import PositionAwareEncoderLayer
 from ..modules.kernel_choice import describe, layer_terms
 from ..modules.quant_noise import quant_noise_on
-from ..modules.recurrence_config import RecurrenceConfig
+from ..modules.options import PositionAttentionConfig, RecurrenceConfig
 from ..modules.recurrent import RecurrentLayer
 from ..modules.structural_positions import DepthEmbedding, PositionFusion
 

@@ -19,7 +19,7 @@ from fairseq.dataclass import ChoiceEnum
 from fairseq.models import register_model, register_model_architecture
 from torch import nn
 
-from ..modules.attention_config import EncoderOptions, Need
+from ..modules.options import EncoderOptions, Need
 from ..modules.pooling import POOLING
 from .encoder_only import HEAD_NAME, PositionAwareEncoderModel
 from .transformer_posattn import _paper_row, _set_unset, transformer_posattn

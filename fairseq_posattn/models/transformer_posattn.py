@@ -1,7 +1,7 @@
 """``transformer_posattn``: fairseq's Transformer with a position-aware encoder.
 
 The decoder is fairseq's stock decoder; every option is an encoder option
-(:class:`~fairseq_posattn.modules.attention_config.PositionAttentionConfig`).
+(:class:`~fairseq_posattn.modules.options.PositionAttentionConfig`).
 Named architectures give the rows of Dufter et al. (2020), Table 2, and the
 best row of Wang et al. (2019), Table 1 (``transformer_struct``).
 """
@@ -10,9 +10,8 @@ from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import (DEFAULT_MAX_SOURCE_POSITIONS, TransformerConfig, TransformerModel,
                                         base_architecture, transformer_vaswani_wmt_en_de_big)
 
-from ..modules.attention_config import PositionAttentionConfig
+from ..modules.options import PositionAttentionConfig, RecurrenceConfig
 from ..modules.quant_noise import check_block_size
-from ..modules.recurrence_config import RecurrenceConfig
 from .encoder import PositionAwareEncoder
 
 

@@ -1,7 +1,7 @@
 """Attention layers and the position terms they compose (no registration here)."""
 
 from .attention import PositionAwareSelfAttention
-from .attention_config import PositionAttentionConfig
+from .options import PositionAttentionConfig
 from .attention_context import AttentionContext
 from .encoder_layer import PositionAwareEncoderLayer
 

@@ -5,7 +5,7 @@ from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
 from torch import nn
 
 from .attention import PositionAwareSelfAttention
-from .attention_config import PositionAttentionConfig
+from .options import PositionAttentionConfig
 
 
 class PositionAwareEncoderLayer(TransformerEncoderLayerBase):

@@ -18,7 +18,7 @@ import torch
 from fairseq.models import ARCH_MODEL_NAME_REGISTRY
 
 from ..models.from_flags import parse_model_flags
-from ..modules.attention_config import PositionAttentionConfig
+from ..modules.options import PositionAttentionConfig
 
 
 def plan(arch: str, extra: Sequence[str] = ()) -> Dict[str, str]:

@@ -7,7 +7,9 @@ its task state (``task_state["input_options"]``); training resolves them
 against the checkpoint it resumes or fine-tunes (:func:`resolve_for_training`),
 loading a checkpoint binds them to its values (:meth:`RemembersInputOptions.load_state_dict`),
 and a value given that contradicts a checkpoint is refused naming both, except
-with ``--finetune-from-model`` (a warning).  docs/reliability.md, "What a
+with ``--finetune-from-model`` (a warning), as is decoding a checkpoint with
+another task (:func:`refuse_another_task`).  fairseq's routes reach these through
+:mod:`fairseq_posattn.compat.checkpoint_task`.  docs/reliability.md, "What a
 checkpoint remembers", lists every task option and says why it is or is not one.
 """
 
@@ -17,6 +19,7 @@ import os
 from enum import Enum
 from typing import Any, Dict, Mapping, Optional, Set
 
+from ..config_check import flag
 from ..errors import UserError
 
 logger = logging.getLogger(__name__)
@@ -31,7 +34,7 @@ class ContradictsCheckpoint(UserError, ValueError):
 
 def input_option(default, help: str, needs=()):
     """The dataclass field of an input option: None (not given) until resolved;
-    ``needs``: what it needs to take effect (:class:`..modules.attention_config.Need`)."""
+    ``needs``: what it needs to take effect (:class:`..modules.options.Need`)."""
     return dataclasses.field(default=None, metadata={
         "help": f"{help} (default: the checkpoint's value; {_shown(default)} without one)",
         _DEFAULT: default, "needs": needs,
@@ -50,10 +53,6 @@ def input_options(config_class) -> Dict[str, Any]:
         return {}
     return {f.name: f.metadata[_DEFAULT] for f in dataclasses.fields(config_class)
             if _DEFAULT in f.metadata}
-
-
-def flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
 
 
 def _shown(value) -> str:
@@ -118,6 +117,17 @@ class RemembersInputOptions:
              "the checkpoint being loaded")
         super().load_state_dict(state_dict)
         self._record()
+
+
+def refuse_another_task(asked, trained: Optional[str], filenames) -> None:
+    """Refuse a ``task`` override (``asked``, the hub's ``task=``) that names another
+    task than the one ``filenames`` were trained with (``trained``)."""
+    if isinstance(asked, str) and trained is not None and asked != trained:
+        raise ContradictsCheckpoint(
+            f"task={asked!r} contradicts {', '.join(map(str, filenames))}, which was "
+            f"trained with task {trained!r}: a checkpoint is decoded with the task it was "
+            f"trained with; leave task= out, or load a checkpoint trained with {asked!r}"
+        )
 
 
 def resumed_checkpoint(checkpoint) -> Optional[str]:

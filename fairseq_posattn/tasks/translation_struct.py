@@ -29,7 +29,7 @@ from ..data.alignment import WordStarts
 from ..data.parsers import PARSER_HELP, PARSERS, build_parser
 from ..data.tree_dataset import TreeLanguagePairDataset
 from ..data.tree_files import load_trees
-from ..modules.attention_config import TREES
+from ..modules.options import TREES
 from ..structure import SCHEMES, batch_trees_of_pieces
 from ..structure.pieces import end_cut_word
 from .input_options import RemembersInputOptions, default_of, input_option, plain

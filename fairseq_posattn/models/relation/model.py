@@ -21,8 +21,7 @@ from fairseq.models.transformer import DEFAULT_MAX_SOURCE_POSITIONS, Embedding, 
 from fairseq.modules import FairseqDropout
 from torch import nn
 
-from ...modules.attention_config import ATTENTION_LAYERS, EncoderOptions, Need, PositionAttentionConfig
-from ...modules.recurrence_config import RecurrenceConfig
+from ...modules.options import ATTENTION_LAYERS, EncoderOptions, Need, PositionAttentionConfig, RecurrenceConfig
 from .entity_positions import PositionAwareAttention, bin_distances, distance_radius
 from ...modules.pooling import masked_max
 from .encoder_layer import RelationEncoderLayer, RelationLayerOptions

@@ -20,7 +20,7 @@ from fairseq.models import BaseFairseqModel, register_model, register_model_arch
 from fairseq.models.transformer import Embedding, TransformerConfig
 from torch import nn
 
-from ...modules.attention_config import ATTENTION_LAYERS, EncoderOptions, PositionAttentionConfig
+from ...modules.options import ATTENTION_LAYERS, EncoderOptions, PositionAttentionConfig
 from .word_features import CharacterCNN, WordFeatures, load_word_vectors, read_vector_width
 from .residual_encoder import ResidualAttentionEncoder
 from ..transformer_posattn import (DUFTER_ROWS, _paper_row, _set_unset, add_options,

@@ -4,7 +4,7 @@ from fairseq.modules import FairseqDropout
 from torch import nn
 
 from ...modules.attention import PositionAwareSelfAttention
-from ...modules.attention_config import PositionAttentionConfig
+from ...modules.options import PositionAttentionConfig
 from ..encoder import PositionAwareEncoder
 
 

@@ -9,7 +9,8 @@ default; and ``from_pretrained(..., task=...)`` (a ``task`` in the
 tasks' input options against the checkpoint it resumes
 (:func:`fairseq_posattn.tasks.input_options.resolve_for_training`), and
 ``load_model_ensemble_and_task``, so that a ``task`` override naming another
-task than the checkpoint's is refused, naming both.
+task than the checkpoint's is refused, naming both
+(:func:`fairseq_posattn.tasks.input_options.refuse_another_task`).
 """
 
 import functools
@@ -45,18 +46,12 @@ def _resolving_training_options(setup_task):
 def _refusing_another_task(load_model_ensemble_and_task):
     @functools.wraps(load_model_ensemble_and_task)
     def wrapper(filenames, arg_overrides=None, *args, **kwargs):
-        from ..tasks.input_options import ContradictsCheckpoint
+        from ..tasks.input_options import refuse_another_task
 
         ensemble, cfg, task = load_model_ensemble_and_task(filenames, arg_overrides, *args,
                                                            **kwargs)
-        asked = (arg_overrides or {}).get("task")
-        trained = getattr(getattr(cfg, "task", None), "_name", None)
-        if isinstance(asked, str) and trained is not None and asked != trained:
-            raise ContradictsCheckpoint(
-                f"task={asked!r} contradicts {', '.join(map(str, filenames))}, which was "
-                f"trained with task {trained!r}: a checkpoint is decoded with the task it was "
-                f"trained with; leave task= out, or load a checkpoint trained with {asked!r}"
-            )
+        refuse_another_task((arg_overrides or {}).get("task"),
+                            getattr(getattr(cfg, "task", None), "_name", None), filenames)
         return ensemble, cfg, task
 
     return wrapper
