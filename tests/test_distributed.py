@@ -177,7 +177,7 @@ def test_a_rank_alone_stops_at_the_rendezvous_timeout(rank, toy_struct_bin, tmp_
     proc = run(hand_launched(train, rank, free_port()), check=False, timeout=90,
                env={distributed_launch.TIMEOUT_VARIABLE: str(seconds)})
     assert proc.returncode != 0
-    assert re.search(r"RendezvousTimeoutError: rank %d gave up after %d s at tcp://127\.0\.0\.1:\d+ "
+    assert re.search(r"fairseq-train: error: rank %d gave up after %d s at tcp://127\.0\.0\.1:\d+ "
                      r"waiting for rank %d \(--distributed-world-size 2\) to join \(torch: "
                      % (rank, seconds, 1 - rank), proc.stderr), proc.stderr[-3000:]
     assert "FAIRSEQ_POSATTN_RENDEZVOUS_TIMEOUT=SECONDS to wait longer" in proc.stderr
