@@ -27,8 +27,8 @@ import tempfile
 import torch
 
 from ..data.raw_text import spaces_for_separators, unreadable
+from ..data.reserved_symbols import READ_AS, as_unknown
 from .patching import wrap_once
-from .reserved_symbols import READ_AS, as_unknown
 
 logger = logging.getLogger(__name__)
 
