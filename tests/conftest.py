@@ -212,6 +212,15 @@ def grouped_words(line: str, pattern: Optional[str] = None) -> str:
     return " ".join("[" + " ".join(word) + "]" for word in words)
 
 
+def children_started_since(before: list) -> list:
+    """The child processes of multiprocessing alive now that were not in
+    ``before`` (an earlier ``multiprocessing.active_children()``): what a
+    test left behind, whatever other tests left."""
+    import multiprocessing
+
+    return [child for child in multiprocessing.active_children() if child not in before]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

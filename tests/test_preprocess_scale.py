@@ -18,7 +18,7 @@ from fairseq_posattn.data import preprocess
 from fairseq_posattn.data.workers import STOP_SECONDS
 from fairseq_posattn.structure import StructureError
 
-from conftest import grouped_words, read_trees, run
+from conftest import children_started_since, grouped_words, read_trees, run
 
 TREES = "train.en-de.en.trees"
 
@@ -128,6 +128,7 @@ def test_a_part_failing_run_after_run_under_load_never_hangs(corpus, tmp_path, s
     both cores busy: each ends within the workers' stop bound, with the
     message, and leaves no worker behind."""
     copy = wrong_copy(corpus, tmp_path, lambda b: b[:149] + [changed_word(b[149])] + b[150:])
+    before = multiprocessing.active_children()
     load = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
     try:
         for _ in range(30):
@@ -135,7 +136,7 @@ def test_a_part_failing_run_after_run_under_load_never_hangs(corpus, tmp_path, s
             with pytest.raises(StructureError, match="sentence 150, line .*tree 'changed'"):
                 write_trees(copy, "--workers", 2)
             assert time.monotonic() - started < 2 * STOP_SECONDS
-            assert not multiprocessing.active_children()
+            assert not children_started_since(before)
     finally:
         for process in load:
             process.kill()

@@ -60,8 +60,12 @@ class Failing(torch.utils.data.Dataset):
 ])
 def test_an_error_in_a_dataloader_worker_keeps_its_message(error, user):
     """torch re-raises a worker's error with the worker's traceback as its message."""
-    with pytest.raises(type(error)) as raised:
-        next(iter(torch.utils.data.DataLoader(Failing(error), num_workers=1)))
+    batches = iter(torch.utils.data.DataLoader(Failing(error), num_workers=1))
+    try:
+        with pytest.raises(type(error)) as raised:
+            next(batches)
+    finally:  # the traceback keeps the iterator, and so its worker, alive
+        batches._shutdown_workers()
     assert is_user_error(raised.value) == user
     assert getattr(raised.value, "user_message", None) == (str(error) if user else None)
 

@@ -11,6 +11,8 @@ from fairseq_posattn.data.preprocess import parts_map
 from fairseq_posattn.data.workers import STOP_SECONDS, WorkerDied, worker_pool
 from fairseq_posattn.structure import StructureError, check_tree
 
+from conftest import children_started_since
+
 # a generous bound for one run that fails: starting two workers, and stopping them
 BOUND = 2 * STOP_SECONDS
 
@@ -27,6 +29,7 @@ def sleep_then_fail(seconds):
 
 @pytest.mark.timeout(120)
 def test_the_first_error_is_raised_as_the_worker_raised_it():
+    before = multiprocessing.active_children()
     with worker_pool(2) as each:
         assert list(each(int, ["3", "1", "2"])) == [3, 1, 2]
         assert sorted(each(int, ["3", "1", "2"], ordered=False)) == [1, 2, 3]
@@ -37,7 +40,7 @@ def test_the_first_error_is_raised_as_the_worker_raised_it():
         with pytest.raises(ValueError, match="invalid literal") as error:  # any other error
             list(each(int, ["1", "x", "2"]))
         assert "in worker process" in error.value.__notes__[0]  # where it was raised
-    assert not multiprocessing.active_children()
+    assert not children_started_since(before)
 
 
 @pytest.mark.timeout(120)
@@ -46,6 +49,7 @@ def test_a_worker_that_dies_is_named_and_the_others_stopped_at_once(forkserver):
     ends the run with a message naming the part (multiprocessing.Pool replaced
     the worker and waited for the lost part for ever); a part that fails ends
     it without waiting for the part another worker is busy with."""
+    before = multiprocessing.active_children()
     started = time.monotonic()
     with pytest.raises(WorkerDied, match=r"was killed by SIGKILL \(out of memory\?\) while it "
                        r"worked on <Signals.SIGKILL: 9>; rerun the command"):
@@ -55,7 +59,7 @@ def test_a_worker_that_dies_is_named_and_the_others_stopped_at_once(forkserver):
         with parts_map(2, 2) as each:
             list(each(sleep_then_fail, [0.1, 60]))  # the second is stopped, not awaited
     assert time.monotonic() - started < BOUND
-    assert not multiprocessing.active_children()
+    assert not children_started_since(before)
 
 
 @pytest.mark.timeout(120)
