@@ -8,7 +8,7 @@ and PASCAL's parent positions (Bugliarello & Okazaki 2020) over pieces.
 Depends on numpy, torch and ``conllu`` only (not on fairseq).
 """
 
-from .batch import (batch_encoded_parent_positions, batch_encoded_structure, batch_encoded_tree_distances,
+from .batch import (TreeInputs, batch_encoded_parent_positions, batch_encoded_structure, batch_encoded_tree_distances,
                     batch_piece_structure, batch_trees_of_pieces)
 from .conllu_io import read_conllu, write_conllu
 from .control_trees import CONTROL_TREES
@@ -31,6 +31,7 @@ from .tree import (
 
 __all__ = [
     "CONTROL_TREES", "PARENT_ANCHORS", "RULES", "SCHEMES", "SUBWORD_MODELS", "DependencyTree", "StructureError",
+    "TreeInputs",
     "batch_encoded_parent_positions", "batch_encoded_structure", "batch_encoded_tree_distances", "batch_piece_structure",
     "batch_trees_of_pieces", "check_tree", "collapse_multiword_tokens", "decode_piece_tree", "encode_piece_tree",
     "piece_parent_positions", "piece_structure", "piece_tree_distances", "piece_word_map", "read_conllu",

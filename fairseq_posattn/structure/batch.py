@@ -11,6 +11,7 @@ sentence against the definition, so a rule changed in ``tree.py`` fails until
 it is changed here too (docs/structure.md).
 """
 
+from dataclasses import dataclass
 from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -22,6 +23,30 @@ from .tree import _HINT_CYCLE, _HINT_HEADS, PARENT_ANCHORS, _check_rule
 
 _HINT_PIECES = ("pass piece_word_map() of the sentence's pieces as piece_words; those "
                 "pieces must spell the tree's words")
+
+
+@dataclass(frozen=True)
+class TreeInputs:
+    """Which tree inputs an encoder reads, each a key of ``net_input`` laid
+    out like ``src_tokens``: ``src_depths`` ``[B, T]`` (Wang et al. 2019,
+    Eq. 5), ``src_structural_positions`` ``[B, T, T]`` (Eq. 6),
+    ``src_tree_distances`` ``[B, T, T]`` (arcs between the pieces' words) and
+    ``src_parent_positions`` ``[B, T]`` (PASCAL's ``p_i``, Bugliarello &
+    Okazaki 2020, Sec. 3, at ``parent_anchor``: one of :data:`PARENT_ANCHORS`)."""
+    depths: bool = False
+    structural_positions: bool = False
+    tree_distances: bool = False
+    parent_anchor: Optional[str] = None
+
+    def keys(self) -> Tuple[str, ...]:
+        """The ``net_input`` keys of the inputs read."""
+        return tuple(key for key, read in (
+            ("src_depths", self.depths), ("src_structural_positions", self.structural_positions),
+            ("src_tree_distances", self.tree_distances), ("src_parent_positions", self.parent_anchor is not None),
+        ) if read)
+
+    def __bool__(self) -> bool:
+        return bool(self.keys())
 
 
 def _check_options(rule: str, max_pieces: Optional[int]) -> None:
