@@ -233,16 +233,17 @@ def check_model_effects(model_cls, cfg, task, names: Optional[Iterable[str]] = N
     """Refuse a model section (of ``model_cls``, built for ``task``) whose
     structural positions ``task`` gives no trees for, and an option of the
     model that cannot take effect (of ``names`` only, unless None)."""
-    from .modules.options import PositionAttentionConfig
+    from .modules.options import TREE_OPTIONS, PositionAttentionConfig
 
     options, arch = filled_model_options(cfg), architecture(cfg)
-    structural = PositionAttentionConfig.from_namespace(options)
-    if structural.uses_structure() and not getattr(task, "feeds_trees", False):
+    attention_cfg = PositionAttentionConfig.from_namespace(options)
+    if attention_cfg.uses_structure() and not getattr(task, "feeds_trees", False):
         task_name = getattr(getattr(task, "cfg", None), "_name", None) or type(task).__name__
-        given = ", ".join(as_given(name, getattr(options, name)) for name in (
-            "structural_position_embedding", "structural_relative_positions"))
+        off = PositionAttentionConfig()
+        given = ", ".join(as_given(name, getattr(attention_cfg, name)) for name in TREE_OPTIONS
+                          if getattr(attention_cfg, name) != getattr(off, name))
         raise ValueError(
             f"--arch {arch} ({given}) reads the dependency trees of the source, which --task {task_name} "
-            f"does not give it: use --task translation_struct, or turn the structural positions off")
+            f"does not give it: use --task translation_struct, or turn those options off")
     refuse_inert(f"--arch {arch}", model_cls.option_groups, options, options,
                  lambda name: architecture_value(arch, options, name), names)

@@ -199,6 +199,36 @@ def read_trees(prefix) -> list:
             for i in range(len(trees))]
 
 
+def random_piece_tree(n_pieces: int, seed: int):
+    """An encoded tree (``encode_piece_tree``) of ``n_pieces`` pieces: words of one or two pieces, each
+    word's head an earlier word (the first is the root)."""
+    import numpy as np
+
+    from fairseq_posattn.structure import encode_piece_tree
+
+    rng = np.random.default_rng(seed)
+    steps = np.concatenate([[1], rng.integers(0, 2, n_pieces - 1)]) if n_pieces else np.zeros(0, np.int64)
+    piece_words = np.cumsum(steps) - 1
+    words = int(piece_words[-1]) + 1 if n_pieces else 0
+    heads = [0] + [int(rng.integers(1, w + 1)) for w in range(1, words)]
+    return encode_piece_tree(heads, piece_words)
+
+
+def encoded_tree_inputs(trees, tree_inputs, left_pad: bool = True) -> dict:
+    """The ``net_input`` tree tensors that ``tree_inputs`` (a ``TreeInputs``) names, of encoded ``trees``
+    (their pieces and EOS), padded as fairseq pads the source (``left_pad``)."""
+    from fairseq_posattn.structure import (batch_encoded_parent_positions, batch_encoded_structure,
+                                           batch_encoded_tree_distances)
+
+    depths, structural, _ = batch_encoded_structure(trees, left_pad=left_pad)
+    made = dict(src_depths=depths, src_structural_positions=structural,
+                src_tree_distances=batch_encoded_tree_distances(trees, left_pad=left_pad)[0])
+    if tree_inputs.parent_anchor is not None:
+        made["src_parent_positions"] = batch_encoded_parent_positions(trees, tree_inputs.parent_anchor,
+                                                                      left_pad=left_pad)[0]
+    return {key: made[key] for key in tree_inputs.keys()}
+
+
 def grouped_words(line: str, pattern: Optional[str] = None) -> str:
     """The subword-nmt pieces of ``line`` grouped into words by the ``@@`` of
     the pieces of ``pattern`` (by default ``line``), as text-tree alignment

@@ -13,6 +13,8 @@ from fairseq_posattn.modules import AttentionContext, PositionAttentionConfig, k
 from fairseq_posattn.modules.attention import PositionAwareSelfAttention
 from fairseq_posattn.modules.convolved_attention import ConvolvedAttention1d
 
+from test_position_methods import t5_bucket_reference
+
 EMBED, HEADS = 12, 3
 HEAD_DIM = EMBED // HEADS
 
@@ -42,12 +44,31 @@ def build(dtype=torch.float64, layer_index=0, **options):
 # --------------------------------------------------------------------------
 
 
-def reference_attention(attn, x, lengths):
-    """x: [T, B, C]; lengths: true lengths (right padding)."""
+def rotary_reference(vec, position, base):
+    """RoFormer Eq. 34 at position m, dimension i paired with i + d/2 (the module's layout), angle m theta_i,
+    theta_i = base^(-2(i-1)/d) for i = 1..d/2."""
+    half = len(vec) // 2
+    out = vec.clone()
+    for i in range(half):
+        angle = position * base ** (-2 * i / len(vec))
+        out[i] = vec[i] * math.cos(angle) - vec[i + half] * math.sin(angle)
+        out[i + half] = vec[i + half] * math.cos(angle) + vec[i] * math.sin(angle)
+    return out
+
+
+def normal_density(x, mean, sigma):
+    return math.exp(-((x - mean) ** 2) / (2 * sigma**2)) / math.sqrt(2 * math.pi * sigma**2)
+
+
+def reference_attention(attn, x, lengths, context=None):
+    """x: [T, B, C]; lengths: true lengths (right padding); context: the trees of PASCAL and the
+    dependency-distance bias."""
     T, B, C = x.shape
     H, D = attn.num_heads, attn.head_dim
     terms = {type(t).__name__: t for t in itertools.chain(
-        attn.score_terms, attn.probability_terms, attn.value_terms)}
+        attn.rotation_terms, attn.logit_scaling_terms, attn.score_terms, attn.probability_terms,
+        attn.value_terms)}
+    linear_biases = [t for t in attn.score_terms if type(t).__name__ == "LinearDistanceBias"]
 
     def linear(layer, vec):
         out = layer.weight @ vec
@@ -66,10 +87,26 @@ def reference_attention(attn, x, lengths):
             qh = [gamma[0, h] * q[i][sl] for i in range(T)]
             kh = [gamma[1, h] * k[i][sl] for i in range(T)]
             vh = [gamma[2, h] * v[i][sl] for i in range(T)]
+            if "RotaryPositions" in terms:
+                base = terms["RotaryPositions"].base
+                qh = [rotary_reference(qh[i], i, base) for i in range(T)]
+                kh = [rotary_reference(kh[i], i, base) for i in range(T)]
             A = torch.zeros(T, T, dtype=x.dtype)
             for i in range(T):
                 for j in range(T):
                     A[i, j] = qh[i] @ kh[j] / math.sqrt(D)
+                    if "ParentScaledLogits" in terms and h in terms["ParentScaledLogits"].heads:
+                        parent = float(context.token_positions("parents")[b, i])
+                        A[i, j] *= normal_density(j, parent, terms["ParentScaledLogits"].sigma)
+                    for t in linear_biases:
+                        if t.distance == "sequential":
+                            distance = abs(i - j)
+                        else:
+                            distance = abs(int(context.relative_positions(t.distance)[b, i, j]))
+                        A[i, j] -= t.slope_values[h] * distance
+                    if "T5RelativeBias" in terms:
+                        t = terms["T5RelativeBias"]
+                        A[i, j] += t.weight[t5_bucket_reference(j - i, t.num_buckets, t.max_distance), h]
                     if "AbsolutePositionInteraction" in terms:
                         t = terms["AbsolutePositionInteraction"]
                         A[i, j] += t.weight[h, min(i, t.max_len - 1), min(j, t.max_len - 1)]
@@ -179,19 +216,57 @@ OPTION_SETS = {
         relative_positions=True, max_relative_position=2, no_relative_values=True,
         query_relative_positions=True, query_relative_clip=3,
     ),
+    "rope": dict(rotary_positions=True),
+    "rope_base": dict(rotary_positions=True, rotary_base=50.0, learnable_temperature=True),
+    # Shaw keys read the rotated query
+    "rope_shaw": dict(rotary_positions=True, relative_positions=True, max_relative_position=2),
+    "rope_conv1d": dict(rotary_positions=True, convolved_attention="1d", interaction_max_len=8),
+    "alibi": dict(alibi=True),
+    "t5": dict(t5_relative_bias=True, t5_bias_buckets=8, t5_bias_max_distance=6),  # log buckets within T
+    "methods": dict(rotary_positions=True, alibi=True, t5_relative_bias=True, position_interactions="R",
+                    interaction_max_len=8, query_relative_positions=True, query_relative_clip=3),
 }
 
 
+# PASCAL and the dependency-distance bias: terms that read the trees
+TREE_OPTION_SETS = {
+    "pascal": dict(pascal_heads=2),
+    "pascal_sigma": dict(pascal_heads=1, pascal_sigma=0.5),
+    "depdist": dict(dependency_distance_bias=True),
+    "depdist_alibi": dict(dependency_distance_bias=True, alibi=True),
+    # PASCAL scales the content logits only; the score terms are added after
+    "trees_and_methods": dict(pascal_heads=3, dependency_distance_bias=True, alibi=True, rotary_positions=True,
+                              t5_relative_bias=True, t5_bias_buckets=8, t5_bias_max_distance=6,
+                              relative_positions=True, max_relative_position=2),
+    "pascal_conv2d": dict(pascal_heads=2, convolved_attention="2d"),
+}
+
+
+def tree_context(lengths, T, seed=0):
+    """Arbitrary tree distances (symmetric, 0 on the diagonal) and parent positions (halves too) of
+    right-padded sentences of ``lengths``."""
+    g = torch.Generator().manual_seed(seed)
+    distances = torch.randint(1, 6, (len(lengths), T, T), generator=g).triu(1)
+    parents = torch.zeros(len(lengths), T)
+    for b, n in enumerate(lengths):
+        parents[b, :n] = torch.randint(0, 2 * n - 1, (n,), generator=g) / 2
+    return AttentionContext(T, torch.device("cpu"), {"tree_distance": distances + distances.transpose(1, 2)},
+                            {"parents": parents})
+
+
+ALL_SETS = {**OPTION_SETS, **TREE_OPTION_SETS}
+
+
 @pytest.mark.parametrize("kernel", ["auto", "explicit"])
-@pytest.mark.parametrize("name", sorted(OPTION_SETS))
+@pytest.mark.parametrize("name", sorted(ALL_SETS))
 def test_matches_loop_reference(name, kernel):
-    attn = build(encoder_attention_kernel=kernel, **OPTION_SETS[name]).eval()
+    attn = build(encoder_attention_kernel=kernel, **ALL_SETS[name]).eval()
     T, lengths = 6, [6, 4, 1]
     torch.manual_seed(1)
     x = torch.randn(T, len(lengths), EMBED, dtype=torch.float64)
-    mask = right_padding_mask(lengths, T)
-    out, _ = attn(x, key_padding_mask=mask)
-    expected = reference_attention(attn, x, lengths)
+    context = tree_context(lengths, T)
+    out, _ = attn(x, key_padding_mask=right_padding_mask(lengths, T), context=context)
+    expected = reference_attention(attn, x, lengths, context)
     for b, n in enumerate(lengths):
         torch.testing.assert_close(out[:n, b], expected[:n, b], atol=1e-10, rtol=1e-9)
 
@@ -216,7 +291,8 @@ def test_longer_than_table_is_a_clear_error(name):
         attn(x)
 
 
-@pytest.mark.parametrize("name", ["none", "temperature", "P", "PR", "bilan", "shaw_keys_only"])
+@pytest.mark.parametrize("name", ["none", "temperature", "P", "PR", "bilan", "shaw_keys_only", "rope", "alibi",
+                                  "t5", "methods"])
 def test_fused_and_explicit_paths_agree(name):
     """``auto`` takes PyTorch's fused attention whenever no gradient must reach
     the score terms: no score terms (gradients flow through it then), or frozen
@@ -263,6 +339,99 @@ def test_sdpa_with_trainable_score_terms_equals_the_explicit_path(name):
         results.append([out * weight, *torch.autograd.grad((out * weight).sum(), [x, *params])])
     for got, expected in zip(*results):
         torch.testing.assert_close(got, expected, atol=1e-10, rtol=1e-9)
+
+
+@pytest.mark.parametrize("how, dtype", [("module", torch.bfloat16), ("module", torch.float16),
+                                        ("autocast", torch.bfloat16)])
+@pytest.mark.parametrize("name", sorted(TREE_OPTION_SETS))
+def test_tree_terms_in_half_precision_are_finite(name, how, dtype):
+    attn = build(dtype=dtype if how == "module" else torch.float32, **TREE_OPTION_SETS[name]).train()
+    x = torch.randn(6, 3, EMBED, dtype=dtype if how == "module" else torch.float32, requires_grad=True)
+    lengths = [6, 1, 4]
+    with torch.autocast("cpu", dtype=dtype, enabled=how == "autocast"):
+        out, _ = attn(x, key_padding_mask=right_padding_mask(lengths, 6), context=tree_context(lengths, 6))
+    out.float().pow(2).mean().backward()
+    assert torch.isfinite(out).all() and torch.isfinite(x.grad).all()
+    for p in attn.parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all()
+
+
+@pytest.mark.parametrize("name", ["rope", "alibi", "depdist", "depdist_alibi"])
+def test_parameter_free_terms_take_the_fused_kernel_in_training(name):
+    """Rotary positions, ALiBi and the dependency-distance bias need no gradient through the mask: ``auto``
+    runs PyTorch's fused attention in training too, and output and gradients are the explicit path's."""
+    options = ALL_SETS[name]
+    fused = build(**options).train()
+    explicit = build(encoder_attention_kernel="explicit", **options).train()
+    lengths = [6, 3, 5]
+    mask, context = right_padding_mask(lengths, 6), tree_context(lengths, 6)
+    x = torch.randn(6, 3, EMBED, dtype=torch.float64, requires_grad=True)
+    assert chosen(fused, fused._project(x)[0]) == "sdpa"
+    weight = torch.randn(6, 3, EMBED, dtype=torch.float64).masked_fill(mask.t()[:, :, None], 0.0)
+    results = []
+    for attn in (fused, explicit):
+        out = attn(x, key_padding_mask=mask, context=context)[0] * weight
+        results.append([out, *torch.autograd.grad(out.sum(), [x, *attn.parameters()])])
+    for got, expected in zip(*results):
+        torch.testing.assert_close(got, expected, atol=1e-10, rtol=1e-9)
+
+
+def test_t5_trains_explicitly_and_infers_fused_like_p_and_r():
+    attn = build(**OPTION_SETS["t5"])
+    q = attn._project(torch.randn(4, 2, EMBED, dtype=torch.float64))[0]
+    assert chosen(attn, q) == "explicit"
+    with torch.no_grad():
+        assert chosen(attn, q) == "sdpa"
+    out = attn(torch.randn(5, 2, EMBED, dtype=torch.float64))[0]
+    (table,) = attn.score_terms[0].parameters()
+    assert torch.autograd.grad(out.pow(2).sum(), table)[0].abs().sum() > 0
+
+
+def test_a_gradient_must_reach_a_score_term_as_it_declares():
+    """A term that reads the query needs one when the query does; a term with a trainable parameter always;
+    a frozen table that reads no query (P) never, so its layer runs fused."""
+    cuda_free = torch.randn(4, 2, EMBED, dtype=torch.float64, requires_grad=True)
+    for name, needs in (("P", False), ("shaw_keys_only", True), ("bilan", True), ("alibi", False)):
+        attn = build(**OPTION_SETS[name]).requires_grad_(False)
+        q = attn._project(cuda_free)[0]
+        assert q.requires_grad and kernel_choice.gradient_through_scores(attn.score_terms, True) == needs, name
+        assert chosen(attn, q) == ("explicit" if needs else "sdpa"), name
+
+
+TERMS = kernel_choice.layer_terms
+
+
+@pytest.mark.parametrize("name", ["none", "shaw", "shaw_keys_only", "conv1d", "conv2d", "P", "everything_2d"])
+def test_rotation_never_changes_the_kernel(name):
+    """Every kernel reads the rotated queries and keys: rotary positions keep sdpa, shaw_triton and the
+    convolution kernels wherever the layer without them takes them."""
+    plain, rotated = (TERMS(build(rotary_positions=rope, **OPTION_SETS[name])) for rope in (False, True))
+    for option in ("auto", "triton", "sdpa", "explicit"):
+        for device, dtype in ((torch.device("cuda"), torch.float16), (torch.device("cpu"), torch.float32)):
+            for score_grad in (False, True):
+                choice = kernel_choice.choose_attention
+                assert (choice(option, rotated, device, dtype, False, score_grad)
+                        == choice(option, plain, device, dtype, False, score_grad)), (option, device)
+    assert kernel_choice.refusal("attention", "triton", rotated) == kernel_choice.refusal("attention", "triton", plain)
+
+
+def test_logit_scaling_needs_explicit_logits():
+    """PASCAL multiplies the logits: no sdpa (an additive mask), no shaw_triton (its logits stay inside); the
+    convolution kernels take the logits the layer computes, PASCAL's scaling included."""
+    choose, cuda = kernel_choice.choose_attention, torch.device("cuda")
+    pascal = TERMS(build(pascal_heads=1))
+    for device, dtype in ((cuda, torch.float16), (torch.device("cpu"), torch.float32)):
+        assert choose("auto", pascal, device, dtype, False, False) == "explicit"
+    assert choose("auto", TERMS(build(pascal_heads=1, **OPTION_SETS["shaw"])), cuda, torch.float16, False,
+                  True) == "explicit"
+    assert choose("auto", TERMS(build(pascal_heads=1, **OPTION_SETS["conv2d"])), cuda, torch.float16, False,
+                  True) == ("conv2d_triton" if kernel_choice.unavailable("conv2d_triton") is None else "explicit")
+    assert choose("triton", TERMS(build(pascal_heads=1, **OPTION_SETS["conv2d"])), cuda, torch.float16, False,
+                  True) == "conv2d_triton"
+    with pytest.raises(ValueError, match="--encoder-attention-kernel sdpa: .* PASCAL .--pascal-heads. multiplies"):
+        build(pascal_heads=1, encoder_attention_kernel="sdpa")
+    with pytest.raises(ValueError, match="--encoder-attention-kernel triton: no Triton kernel"):
+        build(pascal_heads=1, encoder_attention_kernel="triton", **OPTION_SETS["shaw"])
 
 
 def test_trainable_score_terms_take_the_explicit_path():

@@ -1,5 +1,6 @@
 """The encoder and model: stock equivalence, padding invariance, build-time errors."""
 
+import copy
 import types
 
 import pytest
@@ -23,6 +24,8 @@ from fairseq_posattn.models.transformer_posattn import (
 from fairseq_posattn.modules import PositionAttentionConfig
 from fairseq_posattn.modules.options import RecurrenceConfig
 from fairseq_posattn.modules.attention_context import gather_time, right_padding_order
+
+from conftest import encoded_tree_inputs, random_piece_tree
 
 VOCAB = Dictionary()
 for _word in "a b c d e f g h i j k l m n o p".split():
@@ -144,6 +147,14 @@ ENCODER_OPTIONS = {
                            encoder_recurrent_unidirectional=True, encoder_onlstm_chunk_size=2),
     "onlstm+san+P+conv1d": dict(encoder_recurrent_layers=1, position_interactions="P",
                                 interaction_max_len=12, convolved_attention="1d"),
+    "rope": dict(rotary_positions=True, encoder_position_embedding="none"),
+    # rotary positions compose with PE[con] and the convolutions: nothing to refuse
+    "rope+concat": dict(rotary_positions=True, encoder_position_embedding="concat", encoder_position_concat_dim=4),
+    "rope+conv1d+shaw": dict(rotary_positions=True, convolved_attention="1d", interaction_max_len=12,
+                             relative_positions=True, max_relative_position=2),
+    "alibi": dict(alibi=True, encoder_position_embedding="none"),
+    "t5": dict(t5_relative_bias=True, t5_bias_buckets=8, t5_bias_max_distance=6, encoder_position_embedding="none"),
+    "methods+onlstm": dict(rotary_positions=True, alibi=True, t5_relative_bias=True, encoder_recurrent_layers=1),
 }
 
 
@@ -224,6 +235,66 @@ def test_named_architectures_build_with_their_rows(arch):
     assert out.shape == (2, 5, len(VOCAB)) and torch.isfinite(out).all()
 
 
+# arch: (position embeddings, rotation terms, logit-scaling terms, score terms) of each of its 2 layers
+METHOD_ARCHS = {
+    "transformer_rope": (False, [["RotaryPositions"]] * 2, [[]] * 2, [[]] * 2),
+    "transformer_alibi": (False, [[]] * 2, [[]] * 2, [["LinearDistanceBias"]] * 2),
+    "transformer_t5bias": (False, [[]] * 2, [[]] * 2, [["T5RelativeBias"]] * 2),
+    "transformer_pascal": (True, [[]] * 2, [["ParentScaledLogits"], []], [[]] * 2),
+    "transformer_depdist": (False, [[]] * 2, [[]] * 2, [["LinearDistanceBias", "LinearDistanceBias"]] * 2),
+}
+
+
+@pytest.mark.parametrize("arch", sorted(METHOD_ARCHS))
+def test_position_method_architectures(arch):
+    args = parse(arch)
+    model = PositionAwareTransformerModel.build_model(args, TASK)
+    positions, rotations, scalings, scores = METHOD_ARCHS[arch]
+    assert (model.encoder.embed_positions is not None) == positions
+    layers = [layer.self_attn for layer in model.encoder.layers]
+    for kind, expected in (("rotation_terms", rotations), ("logit_scaling_terms", scalings),
+                           ("score_terms", scores)):
+        assert [[type(t).__name__ for t in getattr(attn, kind)] for attn in layers] == expected, kind
+    if arch == "transformer_depdist":
+        assert [t.distance for t in layers[0].score_terms] == ["sequential", "tree_distance"]
+    if arch == "transformer_pascal":  # the last 5 of 8 heads; every head of a smaller encoder
+        assert layers[0].logit_scaling_terms[0].heads == [0, 1]
+        full = options.parse_args_and_arch(options.get_training_parser(),
+                                           ["data-bin", "--arch", arch, "--task", "translation"])
+        assert (full.pascal_heads, full.encoder_attention_heads, full.pascal_layers) == (5, 8, "first")
+        assert full.encoder_position_embedding == "add" and full.pascal_anchor == "mean"
+
+
+def test_one_t5_table_serves_every_layer_and_stays_shared_in_a_checkpoint(tmp_path):
+    """T5 shares one table between the layers: counted once, its gradient the sum of the layers',
+    and a state dict saved and loaded keeps it one table."""
+    encoder = build_encoder(ENCODER_OPTIONS["t5"]).train()
+    tables = [layer.self_attn.score_terms[0].weight for layer in encoder.layers]
+    assert tables[0] is tables[1]
+    assert sum(p is tables[0] for p in encoder.parameters()) == 1
+    tokens = batch(sentences([6, 4], seed=2))
+
+    def loss(model):
+        return model(tokens)["encoder_out"][0].pow(2).sum()
+
+    shared_grad = torch.autograd.grad(loss(encoder), tables[0])[0]
+    untied = build_encoder(ENCODER_OPTIONS["t5"]).train()
+    for layer in untied.layers:  # each layer its own copy of the same values
+        layer.self_attn.score_terms[0] = copy.deepcopy(layer.self_attn.score_terms[0])
+    own_tables = [layer.self_attn.score_terms[0].weight for layer in untied.layers]
+    per_layer = torch.autograd.grad(loss(untied), own_tables)
+    assert all(g.abs().sum() > 0 for g in per_layer)
+    torch.testing.assert_close(shared_grad, per_layer[0] + per_layer[1])
+
+    with torch.no_grad():
+        tables[0].add_(1.0)
+    torch.save(encoder.state_dict(), tmp_path / "encoder.pt")
+    loaded = build_encoder(ENCODER_OPTIONS["t5"])
+    loaded.load_state_dict(torch.load(tmp_path / "encoder.pt"))
+    first, second = (layer.self_attn.score_terms[0].weight for layer in loaded.layers)
+    assert first is second and torch.equal(first, tables[0])
+
+
 def test_base_architecture_is_base_sized():
     args = parse("transformer_posattn")
     for name in ("encoder_layers", "encoder_embed_dim", "encoder_attention_heads"):
@@ -248,6 +319,17 @@ def test_base_architecture_is_base_sized():
         (["--encoder-position-embedding", "concat", "--encoder-position-concat-dim", "16"],
          r"--encoder-position-concat-dim 16 must be between 1"),
         (["--relative-positions", "--max-relative-position", "0"], r"--max-relative-position must be"),
+        (["--rotary-positions", "--encoder-embed-dim", "6"],
+         r"--rotary-positions rotates pairs of dimensions, but a head has 3 \(--encoder-embed-dim 6 / "
+         r"--encoder-attention-heads 2\)"),
+        (["--rotary-positions", "--rotary-base", "1"], r"--rotary-base must be above 1, got 1.0"),
+        (["--t5-relative-bias", "--t5-bias-buckets", "7"], r"--t5-bias-buckets must be even and at least 4"),
+        (["--t5-relative-bias", "--t5-bias-max-distance", "8"], r"--t5-bias-max-distance \(8\) must exceed"),
+        (["--pascal-heads", "3"], r"--pascal-heads 3 must be between 0 \(off\) and --encoder-attention-heads 2"),
+        (["--pascal-heads", "-1"], r"--pascal-heads -1 must be between 0"),
+        (["--pascal-heads", "1", "--pascal-sigma", "0"], r"--pascal-sigma must be positive, got 0.0"),
+        (["--pascal-heads", "1", "--encoder-attention-kernel", "sdpa"],
+         r"--encoder-attention-kernel sdpa: .*PASCAL \(--pascal-heads\) multiplies them"),
     ],
 )
 def test_impossible_flag_combinations_fail_at_build_time(flags, message):
@@ -331,6 +413,55 @@ def test_padding_never_changes_a_sentence_with_trees(name):
         out = encoder(tokens, **batch_tree_inputs(trees, tokens, left_pad))
         for got, want in zip(real_outputs(out, tokens), alone):
             torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+# PASCAL and the dependency-distance bias, on trees as translation_struct's collater lays them out
+TREE_METHOD_OPTIONS = {
+    "pascal": dict(pascal_heads=2),
+    "pascal-root-all": dict(pascal_heads=4, pascal_layers="all", pascal_anchor="root", pascal_sigma=0.7),
+    "depdist": dict(dependency_distance_bias=True, alibi=True, encoder_position_embedding="none"),
+    "everything": dict(pascal_heads=1, dependency_distance_bias=True, rotary_positions=True, t5_relative_bias=True,
+                       structural_position_embedding="fuse", structural_relative_positions=True,
+                       max_structural_relative_position=3, relative_positions=True, max_relative_position=2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TREE_METHOD_OPTIONS))
+def test_padding_never_changes_a_sentence_with_parsed_trees(name):
+    encoder = build_encoder(TREE_METHOD_OPTIONS[name])
+    sents = sentences([7, 2, 5], seed=3)
+    trees = [random_piece_tree(len(s) - 1, seed=i) for i, s in enumerate(sents)]  # the last token: EOS
+    alone = []
+    for s, tree in zip(sents, trees):
+        tokens = batch([s])
+        alone.append(real_outputs(encoder(tokens, **encoded_tree_inputs([tree], encoder.tree_inputs)), tokens)[0])
+    for left_pad in (True, False):
+        tokens = batch(sents, left_pad=left_pad)
+        out = encoder(tokens, **encoded_tree_inputs(trees, encoder.tree_inputs, left_pad))
+        for got, want in zip(real_outputs(out, tokens), alone):
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("options, keys", [
+    ({}, ()),
+    (dict(structural_position_embedding="add"), ("src_depths",)),
+    (dict(structural_relative_positions=True), ("src_structural_positions",)),
+    (dict(dependency_distance_bias=True), ("src_tree_distances",)),
+    (dict(pascal_heads=1, pascal_anchor="root"), ("src_parent_positions",)),
+    (TREE_METHOD_OPTIONS["everything"], ("src_depths", "src_structural_positions", "src_tree_distances",
+                                         "src_parent_positions")),
+])
+def test_the_encoder_names_the_tree_inputs_it_reads_and_refuses_a_batch_without_them(options, keys):
+    encoder = build_encoder(options)
+    assert encoder.tree_inputs.keys() == keys and encoder.reads_trees == bool(keys)
+    assert encoder.tree_inputs.parent_anchor == options.get("pascal_anchor", "mean" if "pascal_heads" in options
+                                                            else None)
+    tokens = batch(sentences([4, 3]))
+    given = encoded_tree_inputs([random_piece_tree(3, 0), random_piece_tree(2, 1)], encoder.tree_inputs)
+    encoder(tokens, **given)
+    for key in keys:
+        with pytest.raises(ValueError, match=f"no {key}: train and decode with --task translation_struct"):
+            encoder(tokens, **{k: v for k, v in given.items() if k != key})
 
 
 def test_trees_change_the_encoding():
@@ -532,7 +663,7 @@ def test_every_architecture_trains_in_bfloat16(arch, precision):
     if precision == "bf16-model":
         model = model.bfloat16()
     tokens = batch(sentences([7, 4, 2]))
-    trees = batch_tree_inputs([tree_inputs(n, n) for n in (7, 4, 2)], tokens)
+    trees = encoded_tree_inputs([random_piece_tree(n - 1, n) for n in (7, 4, 2)], model.encoder.tree_inputs)
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "autocast-bf16"):
         logits = model(tokens, tokens.ne(VOCAB.pad()).sum(1), tokens, **trees)[0]
     loss = torch.nn.functional.cross_entropy(logits.float().view(-1, len(VOCAB)), tokens.view(-1))

@@ -23,7 +23,7 @@ import fairseq_posattn  # noqa: F401  (registers the models and tasks)
 from fairseq_posattn.config_check import check_model_effects
 from fairseq_posattn.models.from_flags import parse_model_flags, stand_in_dictionary
 
-from conftest import TINY_MODEL_ARGS, USER_DIR, run_cli_in_process
+from conftest import TINY_MODEL_ARGS, USER_DIR, encoded_tree_inputs, random_piece_tree, run_cli_in_process
 from test_options import FAMILIES, Routes, composed, dictionaries, refused, train_main  # noqa: F401  (fixture)
 from test_standard_flags import PLUGIN_ARCHS, model_name
 
@@ -81,10 +81,8 @@ def fingerprint(model):
         width -= encoder.embed_positions.embedding_dim
     torch.manual_seed(1)
     tokens = torch.randint(4, 20, (2, LENGTH))
-    trees = {}
-    if encoder.attention_cfg.uses_structure():
-        trees = dict(src_depths=torch.arange(LENGTH).expand(2, LENGTH),
-                     src_structural_positions=torch.zeros(2, LENGTH, LENGTH, dtype=torch.long))
+    # words of two pieces: PASCAL's anchors differ
+    trees = encoded_tree_inputs([random_piece_tree(LENGTH - 1, seed) for seed in (1, 2)], encoder.tree_inputs)
     out = encoder(tokens, torch.full((2,), LENGTH), token_embeddings=torch.randn(2, LENGTH, width), **trees)
     return {**model.state_dict(), "encoder output": out["encoder_out"][0]}, settings
 
@@ -254,7 +252,7 @@ def test_structural_positions_without_trees_are_refused_before_any_data_is_read(
     only the dictionaries)."""
     refusal = ("--arch transformer_struct (--structural-position-embedding fuse, --structural-relative-positions) "
                "reads the dependency trees of the source, which --task translation does not give it: use "
-               "--task translation_struct, or turn the structural positions off")
+               "--task translation_struct, or turn those options off")
     with pytest.raises(ValueError, match=re.escape(refusal)):
         run_cli_in_process("fairseq-train", dictionaries, "--user-dir", USER_DIR, "--task", "translation",
                            "--arch", "transformer_struct", "--source-lang", "en", "--target-lang", "de",
@@ -262,6 +260,20 @@ def test_structural_positions_without_trees_are_refused_before_any_data_is_read(
     struct = weightless_checkpoint(Routes(FAMILIES["structure"], dictionaries, tmp_path), tmp_path / "s.pt")
     translation = Routes(FAMILIES["positions"], dictionaries, tmp_path).task
     assert refusal in refused(load, struct, dictionaries, translation)
+
+
+@pytest.mark.parametrize("arch, flags, given", [
+    ("transformer_pascal", [], "--pascal-heads 2"),
+    ("transformer_depdist", [], "--dependency-distance-bias"),
+    ("transformer_rope", ["--pascal-heads", "1", "--structural-relative-positions"],
+     "--structural-relative-positions, --pascal-heads 1"),
+])
+def test_tree_methods_without_trees_are_refused_naming_the_flag(arch, flags, given):
+    args = parse_model_flags(["--arch", arch, *SIZES["transformer_posattn"], *flags])
+    with pytest.raises(ValueError, match=re.escape(
+            f"--arch {arch} ({given}) reads the dependency trees of the source, which --task translation does "
+            "not give it: use --task translation_struct, or turn those options off")):
+        models.build_model(args, translation_task())
 
 
 def struct_task_config(dictionaries, **task_values):
@@ -276,9 +288,10 @@ def struct_task_config(dictionaries, **task_values):
 def test_tree_options_of_translation_struct_need_a_model_that_reads_trees(dictionaries, option, value):
     flag = "--" + option.replace("_", "-")
     assert (f"{flag} {value} has no effect: it needs a model that reads dependency trees "
-            f"(--structural-position-embedding fuse or add, or --structural-relative-positions), and "
-            f"--arch transformer_posattn has --structural-position-embedding none, no "
-            f"--structural-relative-positions: set that, or leave {flag} out") in refused(
+            f"(--structural-position-embedding fuse or add, --structural-relative-positions, "
+            f"--dependency-distance-bias or --pascal-heads), and --arch transformer_posattn has "
+            f"--structural-position-embedding none, no --structural-relative-positions, no "
+            f"--dependency-distance-bias, --pascal-heads 0: set that, or leave {flag} out") in refused(
         train_main, struct_task_config(dictionaries, **{option: value}))
     train_main(struct_task_config(dictionaries, structural_relative_rule="figure", parser_lang="en"))
     train_main(composed(FAMILIES["structure"], dictionaries, {f"task.{option}": value}))

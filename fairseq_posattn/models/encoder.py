@@ -24,6 +24,7 @@ from ..modules.quant_noise import quant_noise_on
 from ..modules.options import PositionAttentionConfig, RecurrenceConfig
 from ..modules.recurrent import RecurrentLayer
 from ..modules.structural_positions import DepthEmbedding, PositionFusion
+from ..structure.batch import TreeInputs
 
 
 logger = logging.getLogger(__name__)
@@ -94,6 +95,7 @@ class PositionAwareEncoder(FairseqEncoder):
             self.quant_noise = apply_quant_noise(nn.Linear(embed_dim, embed_dim, bias=False), cfg.quant_noise.pq,
                                                  cfg.quant_noise.pq_block_size)
 
+        self.shared_terms = {}  # terms every self-attention layer shares (PositionAttentionConfig.build_terms)
         self.layers = self._layer_list()
         self.layers.extend(self.build_encoder_layer(cfg, i) for i in range(cfg.encoder.layers))
         self.num_layers = len(self.layers)
@@ -107,9 +109,14 @@ class PositionAwareEncoder(FairseqEncoder):
         self.layer_norm = LayerNorm(embed_dim, export=cfg.export) if cfg.encoder.normalize_before else None
 
     @property
+    def tree_inputs(self) -> TreeInputs:
+        """The tree inputs of ``translation_struct`` that :meth:`forward` reads."""
+        return self.attention_cfg.tree_inputs()
+
+    @property
     def reads_trees(self) -> bool:
         """True if the encoder needs the tree inputs of ``translation_struct``."""
-        return self.attention_cfg.uses_structure()
+        return bool(self.tree_inputs)
 
     def _log_kernels(self, attention_cfg: PositionAttentionConfig, recurrence_cfg: RecurrenceConfig) -> None:
         """The build log's lines: the kernel each layer runs on this machine's device (CUDA where there is one)
@@ -154,7 +161,8 @@ class PositionAwareEncoder(FairseqEncoder):
         return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not checkpoint else 0)
 
     def build_encoder_layer(self, cfg, layer_index: int):
-        return self._wrap_layer(cfg, PositionAwareEncoderLayer(cfg, self.attention_cfg, layer_index))
+        return self._wrap_layer(cfg, PositionAwareEncoderLayer(cfg, self.attention_cfg, layer_index,
+                                                               self.shared_terms))
 
     def build_recurrent_layer(self, cfg, recurrence_cfg: RecurrenceConfig):
         """A recurrent layer with fairseq's per-layer options: quant noise on
@@ -200,34 +208,41 @@ class PositionAwareEncoder(FairseqEncoder):
         return x, embed
 
     def forward(self, src_tokens, src_lengths=None, return_all_hiddens: bool = False, token_embeddings=None,
-                src_depths=None, src_structural_positions=None):
+                src_depths=None, src_structural_positions=None, src_tree_distances=None, src_parent_positions=None):
         """fairseq's ``TransformerEncoderBase`` arguments and output dictionary, plus
-        the tree inputs of ``translation_struct``: ``src_depths`` ``[B, T]`` and
-        ``src_structural_positions`` ``[B, T, T]`` (key minus query), laid out
-        like ``src_tokens``."""
-        if self.reads_trees and (src_depths is None or src_structural_positions is None):
-            raise ValueError("the structural position options need the dependency trees of the "
-                             "source: train and decode with --task translation_struct")
+        the tree inputs of ``translation_struct`` that :attr:`tree_inputs` names
+        (:class:`~fairseq_posattn.structure.batch.TreeInputs`), laid out like ``src_tokens``."""
+        given = dict(src_depths=src_depths, src_structural_positions=src_structural_positions,
+                     src_tree_distances=src_tree_distances, src_parent_positions=src_parent_positions)
+        missing = [key for key in self.tree_inputs.keys() if given[key] is None]
+        if missing:
+            raise ValueError(f"the encoder reads the dependency trees of the source, but this batch has no "
+                             f"{', '.join(missing)}: train and decode with --task translation_struct")
         padding_mask = src_tokens.eq(self.padding_idx)
         has_pads = bool(padding_mask.any())
         order = right_padding_order(padding_mask) if has_pads else None
         tokens, mask = src_tokens, padding_mask
-        depths, structural = src_depths, src_structural_positions
+        relative = {name: positions for name, positions in (("structural", src_structural_positions),
+                                                            ("tree_distance", src_tree_distances))
+                    if positions is not None}
+        depths, parents = src_depths, src_parent_positions
         if order is not None:
             tokens, mask = tokens.gather(1, order), mask.gather(1, order)
             if token_embeddings is not None:
                 token_embeddings = gather_time(token_embeddings, order, 1)
             if depths is not None:
                 depths = depths.gather(1, order)
-            if structural is not None:
-                structural = gather_time(gather_time(structural, order, 1), order, 2)
+            if parents is not None:  # positions within the sentence: only the cells move
+                parents = parents.gather(1, order)
+            relative = {name: gather_time(gather_time(positions, order, 1), order, 2)
+                        for name, positions in relative.items()}
 
         x, encoder_embedding = self.forward_embedding(tokens, token_embeddings, depths)
         if has_pads:
             x = x * (1 - mask.unsqueeze(-1).type_as(x))
         x = x.transpose(0, 1)
-        relative = {} if structural is None else {"structural": structural}
-        context = AttentionContext(x.size(0), x.device, relative)
+        context = AttentionContext(x.size(0), x.device, relative,
+                                   None if parents is None else {"parents": parents})
 
         states = [x] if return_all_hiddens else []
         outputs = {}

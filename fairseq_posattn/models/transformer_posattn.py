@@ -2,8 +2,10 @@
 
 The decoder is fairseq's stock decoder; every option is an encoder option
 (:class:`~fairseq_posattn.modules.options.PositionAttentionConfig`).
-Named architectures give the rows of Dufter et al. (2020), Table 2, and the
-best row of Wang et al. (2019), Table 1 (``transformer_struct``).
+Named architectures give the rows of Dufter et al. (2020), Table 2, the
+best row of Wang et al. (2019), Table 1 (``transformer_struct``), the hybrids
+of Hao et al. (2019) and one per position method (``transformer_rope``,
+``_alibi``, ``_t5bias``, ``_pascal``, ``_depdist``).
 """
 
 from fairseq.models import register_model, register_model_architecture
@@ -27,6 +29,7 @@ def check_encoder_options(args) -> None:
     attention_cfg = PositionAttentionConfig.from_namespace(args)
     attention_cfg.check(
         embed_dim=args.encoder_embed_dim,
+        num_heads=args.encoder_attention_heads,
         max_source_positions=getattr(args, "max_source_positions", None) or DEFAULT_MAX_SOURCE_POSITIONS,
         share_all_embeddings=getattr(args, "share_all_embeddings", False),
         learned_pos=getattr(args, "encoder_learned_pos", False),
@@ -220,6 +223,17 @@ HAO_ROWS = {
 # Table 1 rows 7 (base) and 9 (big): 3 ON-LSTM + 3 SAN layers with the short-cut
 ONLSTM_SAN = dict(HYBRID, encoder_recurrent_layers=3, encoder_layers=3, encoder_shortcut=True)
 
+# One position method in place of the position embeddings: RoFormer's rotary positions, ALiBi, T5's
+# bias; the dependency-distance bias with ALiBi, since tree distances carry no word order.
+METHOD_ROWS = {
+    "transformer_rope": dict(encoder_position_embedding="none", rotary_positions=True),
+    "transformer_alibi": dict(encoder_position_embedding="none", alibi=True),
+    "transformer_t5bias": dict(encoder_position_embedding="none", t5_relative_bias=True),
+    "transformer_depdist": dict(encoder_position_embedding="none", alibi=True, dependency_distance_bias=True),
+}
+# Bugliarello & Okazaki (2020), WMT16 En-De: PE[add] and 5 of the 8 heads of the first layer parent-scaled
+PASCAL_HEADS = 5
+
 ARCHITECTURES = {
     "transformer_struct": (STRUCTURE_OPTIONS, transformer_posattn),
     "transformer_struct_big": (STRUCTURE_OPTIONS, transformer_posattn_big),
@@ -227,6 +241,16 @@ ARCHITECTURES = {
     "onlstm_san_transformer": (ONLSTM_SAN, transformer_posattn),
     "onlstm_san_transformer_big": (ONLSTM_SAN, transformer_posattn_big),
     **{name: (options, transformer_posattn) for name, options in HAO_ROWS.items()},
+    **{name: (options, transformer_posattn) for name, options in METHOD_ROWS.items()},
 }
 for _name, (_options, _base) in ARCHITECTURES.items():
     register_model_architecture("transformer_posattn", _name)(_paper_row(_options, _base))
+
+
+@register_model_architecture("transformer_posattn", "transformer_pascal")
+def transformer_pascal(args):
+    """PE[add] and PASCAL in the last :data:`PASCAL_HEADS` heads of the first layer (every head of an encoder
+    with fewer), the base size otherwise."""
+    base_architecture(args)  # the number of heads
+    _set_unset(args, dict(pascal_heads=min(PASCAL_HEADS, args.encoder_attention_heads)))
+    transformer_posattn(args)

@@ -2,12 +2,21 @@
 
 Every term is a small module; this layer applies them in one fixed order::
 
-    logits = q k^T / sqrt(d_h)                       (Vaswani et al. 2017, Eq. 1)
-           + score terms        P, R, Shaw keys, Bilan & Roth relative scores
+    q, k   = projections        (times the temperatures gamma_q, gamma_k)
+    q, k   = rotation terms     rotary positions (RoFormer)
+    S      = q k^T / sqrt(d_h)                       (Vaswani et al. 2017, Eq. 1)
+    S      = logit-scaling terms  PASCAL's parent scaling of the chosen heads
+    logits = S + score terms    P, R, Shaw keys, Bilan & Roth relative scores,
+                                ALiBi, T5's bias, the dependency-distance bias
     masked at padded keys
     probs  = softmax(logits)    in float32
     probs  = probability terms  convolved attention (1d / 2d)
     out    = dropout(probs) V + value terms (Shaw values)
+
+Every later step and every kernel sees the rotated ``q`` and ``k``: a score
+term that reads the query (Shaw keys) reads the rotated one.  The
+logit-scaling terms multiply the content logits only, before any score term is
+added (as PASCAL's code scales them before its masks are added).
 
 With no term and no temperature it computes what fairseq's
 ``MultiheadAttention`` computes for the same weights; its parameters carry
@@ -29,7 +38,7 @@ from ..kernels.manual import ATTENTION
 from ..kernels.shaw_flash import bucket_dtype, shaw_flash_attention
 from ..kernels.triton_common import draw_seed
 from .attention_context import AttentionContext
-from .kernel_choice import CONVOLUTIONS, attention_kernel, check, shaw_pairs
+from .kernel_choice import CONVOLUTIONS, Terms, attention_kernel, check, shaw_pairs
 from .precision import at_least_float32
 
 
@@ -41,9 +50,14 @@ class PositionAwareSelfAttention(nn.Module):
         learnable_temperature: Dufter et al. (2020) Sec. 2.4: per-head scalars
             ``gamma_q, gamma_k, gamma_v`` (initialised to 1) multiplying the
             query, key and value projections.
+        rotation_terms: modules ``(q, k) -> (q, k)`` on ``[B, H, T, d_h]``.
+        logit_scaling_terms: modules ``(S, context) -> S`` on the float32
+            content logits ``[B, H, T, T]``.
         score_terms: modules ``(query, inputs, context) -> [B or 1, H, T, T]``
             added to the logits; ``query`` is ``[B, H, T, d_h]`` already
-            scaled by ``1/sqrt(d_h)``, ``inputs`` the layer input ``[T, B, C]``.
+            scaled by ``1/sqrt(d_h)``, ``inputs`` the layer input ``[T, B, C]``;
+            each declares ``reads_query``, whether it depends on the query or
+            the input (:func:`.kernel_choice.gradient_through_scores`).
         probability_terms: modules ``(probs, key_padding_mask, context) ->
             probs`` applied after the softmax.
         value_terms: modules ``(probs, context) -> [B, H, T, d_h]`` added to
@@ -56,11 +70,13 @@ class PositionAwareSelfAttention(nn.Module):
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
                  learnable_temperature: bool = False, score_terms: Sequence[nn.Module] = (),
                  probability_terms: Sequence[nn.Module] = (), value_terms: Sequence[nn.Module] = (),
+                 rotation_terms: Sequence[nn.Module] = (), logit_scaling_terms: Sequence[nn.Module] = (),
                  q_noise: float = 0.0, qn_block_size: int = 8, kernel: str = "auto"):
         super().__init__()
         if embed_dim % num_heads:
             raise ValueError(f"embed_dim {embed_dim} is not divisible by num_heads {num_heads}")
-        check(ATTENTION, kernel, (score_terms, probability_terms, value_terms))
+        check(ATTENTION, kernel, Terms(score_terms, probability_terms, value_terms, rotation_terms,
+                                       logit_scaling_terms))
         self.embed_dim = embed_dim
         self.num_heads = num_heads
         self.head_dim = embed_dim // num_heads
@@ -86,6 +102,8 @@ class PositionAwareSelfAttention(nn.Module):
         self.score_terms = nn.ModuleList(score_terms)
         self.probability_terms = nn.ModuleList(probability_terms)
         self.value_terms = nn.ModuleList(value_terms)
+        self.rotation_terms = nn.ModuleList(rotation_terms)
+        self.logit_scaling_terms = nn.ModuleList(logit_scaling_terms)
         self.kernel = kernel
         # True: every call returns its weights (as with need_weights), so that
         # forward hooks see them (fairseq_posattn.analysis.attention_maps)
@@ -151,6 +169,8 @@ class PositionAwareSelfAttention(nn.Module):
         if key_padding_mask is not None:
             key_padding_mask = key_padding_mask.to(torch.bool)
         q, k, v = self._project(x)
+        for term in self.rotation_terms:
+            q, k = term(q, k)
         kernel = attention_kernel(self, q, need_weights)
         bias = None if kernel == "shaw_triton" else self._score_bias(q, x, context)
 
@@ -160,7 +180,7 @@ class PositionAwareSelfAttention(nn.Module):
         elif kernel in CONVOLUTIONS:  # the convolved attention's probabilities in Triton kernels
             _, convolved_attention = CONVOLUTIONS[kernel]
             filters = self.probability_terms[0].filters(length)
-            probs = convolved_attention(self._logits(q, k, bias), key_padding_mask, *filters, *self._kernel_dropout(),
+            probs = convolved_attention(self._logits(q, k, bias, context), key_padding_mask, *filters, *self._kernel_dropout(),
                                         v.dtype)
             out = torch.matmul(probs, v)
         elif kernel == "sdpa":
@@ -168,7 +188,7 @@ class PositionAwareSelfAttention(nn.Module):
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
                                                  dropout_p=self.dropout_module.p if self._dropout_active() else 0.0)
         else:
-            logits = self._logits(q, k, bias)
+            logits = self._logits(q, k, bias, context)
             if key_padding_mask is not None:
                 logits = logits.masked_fill(key_padding_mask[:, None, None, :], torch.finfo(torch.float32).min)
             probs = torch.softmax(logits, dim=-1)
@@ -184,9 +204,11 @@ class PositionAwareSelfAttention(nn.Module):
         out = out.permute(2, 0, 1, 3).reshape(length, batch, self.embed_dim)
         return self.out_proj(out), weights
 
-    def _logits(self, q: Tensor, k: Tensor, bias: Optional[Tensor]) -> Tensor:
-        """``q k^T / sqrt(d_h)`` + the score terms, in float32 or wider."""
+    def _logits(self, q: Tensor, k: Tensor, bias: Optional[Tensor], context: AttentionContext) -> Tensor:
+        """``S = q k^T / sqrt(d_h)``, scaled by the logit-scaling terms, + the score terms, in float32 or wider."""
         logits = at_least_float32(torch.matmul(q * self.scaling, k.transpose(-1, -2)))
+        for term in self.logit_scaling_terms:
+            logits = term(logits, context)
         return logits if bias is None else logits + bias
 
     def _shaw_flash(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor],

@@ -24,6 +24,8 @@ from .attention_context import AttentionContext, check_length, table_rows
 class AbsolutePositionInteraction(nn.Module):
     """``A^p``: a learned ``t x t`` logit bias per head (Sec. 2.3)."""
 
+    reads_query = False  # a score term's declaration (kernel_choice.gradient_through_scores)
+
     def __init__(self, num_heads: int, max_len: int, overflow: str = "error"):
         super().__init__()
         self.max_len = max_len
@@ -48,6 +50,8 @@ class RelativePositionInteraction(nn.Module):
     of positions reaches).  With ``overflow="clamp"`` longer distances share
     the outermost entries.
     """
+
+    reads_query = False
 
     def __init__(self, num_heads: int, max_len: int, overflow: str = "error"):
         super().__init__()

@@ -1,5 +1,7 @@
 """fairseq's Transformer encoder layer around :class:`PositionAwareSelfAttention`."""
 
+from typing import Dict, Optional
+
 from fairseq.modules.quant_noise import quant_noise
 from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
 from torch import nn
@@ -15,9 +17,11 @@ class PositionAwareEncoderLayer(TransformerEncoderLayerBase):
     only the self-attention differs, and only when a position option is on.
     """
 
-    def __init__(self, cfg, attention_cfg: PositionAttentionConfig, layer_index: int):
+    def __init__(self, cfg, attention_cfg: PositionAttentionConfig, layer_index: int,
+                 shared_terms: Optional[Dict[str, nn.Module]] = None):
         self.attention_cfg = attention_cfg
         self.layer_index = layer_index
+        self.shared_terms = shared_terms  # PositionAttentionConfig.build_terms's
         super().__init__(cfg)
 
     def build_self_attention(self, embed_dim, cfg):
@@ -31,7 +35,7 @@ class PositionAwareEncoderLayer(TransformerEncoderLayerBase):
             dropout=cfg.attention_dropout,
             q_noise=self.quant_noise,
             qn_block_size=self.quant_noise_block_size,
-            **self.attention_cfg.build_terms(embed_dim, heads, self.layer_index),
+            **self.attention_cfg.build_terms(embed_dim, heads, self.layer_index, self.shared_terms),
         )
         for module in attention.score_terms.modules():
             if isinstance(module, nn.Linear):

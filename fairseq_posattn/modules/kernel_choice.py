@@ -10,7 +10,7 @@ words about each kernel are :mod:`..kernels.manual`'s.
 import argparse
 import functools
 import logging
-from typing import List, Optional, Sequence, Tuple
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor, nn
@@ -24,8 +24,18 @@ from .relative_positions import RelativeKeys, RelativeValues
 
 logger = logging.getLogger(__name__)
 
-Terms = Tuple[Sequence, Sequence, Sequence]  # a layer's score, probability and value terms
-NO_TERMS = ((), (), ())
+
+
+class Terms(NamedTuple):
+    """A layer's position terms, by kind (:mod:`.attention`'s order)."""
+    score: Sequence = ()
+    probability: Sequence = ()
+    value: Sequence = ()
+    rotation: Sequence = ()
+    logit_scaling: Sequence = ()
+
+
+NO_TERMS = Terms()
 # the Triton kernels of a convolved attention: the probability term each computes, and the kernel
 CONVOLUTIONS = {"conv2d_triton": (ConvolvedAttention2d, convolved_2d.convolved_attention_2d),
                 "conv1d_triton": (ConvolvedAttention1d, convolved_1d.convolved_attention_1d)}
@@ -63,20 +73,30 @@ def shaw_pairs(score_terms: Sequence[nn.Module], value_terms: Sequence[nn.Module
 
 
 def layer_terms(layer) -> Terms:
-    """An attention layer's score, probability and value terms."""
-    return layer.score_terms, layer.probability_terms, layer.value_terms
+    """An attention layer's terms."""
+    return Terms(layer.score_terms, layer.probability_terms, layer.value_terms, layer.rotation_terms,
+                 layer.logit_scaling_terms)
+
+
+def gradient_through_scores(score_terms: Sequence[nn.Module], query_requires_grad: bool) -> bool:
+    """Whether a gradient must reach a score term: one that declares it reads the query (or the layer's
+    input: ``reads_query``) when the query needs a gradient, or one with a parameter that needs one (under
+    no_grad a slice of a parameter still says requires_grad: the caller asks only with gradients enabled)."""
+    return any((term.reads_query and query_requires_grad) or any(p.requires_grad for p in term.parameters())
+               for term in score_terms)
 
 
 def serves(name: str, terms: Terms) -> bool:
-    """Whether the kernel ``name`` computes a layer of these terms."""
-    score_terms, probability_terms, value_terms = terms
-    if name == "shaw_triton":  # Shaw keys and values alone
-        return not probability_terms and shaw_pairs(score_terms, value_terms) is not None
-    if name in CONVOLUTIONS:  # its convolution the one probability term, after any score terms, no value term
-        return (len(probability_terms) == 1 and not value_terms
-                and type(probability_terms[0]) is CONVOLUTIONS[name][0])
-    if name == "sdpa":  # no probabilities come out of the fused attention
-        return not (probability_terms or value_terms)
+    """Whether the kernel ``name`` computes a layer of these terms.  Rotation terms never change the answer:
+    every kernel reads the rotated queries and keys."""
+    if name == "shaw_triton":  # Shaw keys and values alone: the kernel computes its own logits, unscaled
+        return not (terms.probability or terms.logit_scaling) and shaw_pairs(terms.score, terms.value) is not None
+    if name in CONVOLUTIONS:  # its convolution the one probability term, after any score terms (and logit
+        # scaling: the layer computes the logits it hands over), no value term
+        return (len(terms.probability) == 1 and not terms.value
+                and type(terms.probability[0]) is CONVOLUTIONS[name][0])
+    if name == "sdpa":  # no probabilities come out of the fused attention, and its mask can only add to the logits
+        return not (terms.probability or terms.value or terms.logit_scaling)
     return True
 
 
@@ -85,9 +105,7 @@ _warn_once = functools.lru_cache(maxsize=None)(logger.warning)
 
 def attention_kernel(layer, query: Tensor, need_weights: bool) -> str:
     """The kernel that computes this call of the attention ``layer`` (its ``kernel`` option, its terms) on ``query``."""
-    # a gradient must reach the score terms: under no_grad a slice of a parameter still says requires_grad
-    score_grad = torch.is_grad_enabled() and len(layer.score_terms) > 0 and (
-        query.requires_grad or any(p.requires_grad for p in layer.score_terms.parameters()))
+    score_grad = torch.is_grad_enabled() and gradient_through_scores(layer.score_terms, query.requires_grad)
     return choose_attention(layer.kernel, layer_terms(layer), query.device, query.dtype, need_weights, score_grad)
 
 
@@ -112,7 +130,8 @@ def choose_attention(option: str, terms: Terms, device: torch.device, dtype: tor
     # probability or value terms: the explicit path
     if not serves("sdpa", terms):
         return "explicit"
-    # sdpa asked for; or auto where no gradient must reach the score terms, or on CUDA in half precision
+    # sdpa asked for; or auto where no gradient must reach the score terms (none has a parameter that trains
+    # or reads a query that does: ALiBi, the dependency-distance bias), or on CUDA in half precision
     if option == "sdpa" or not score_grad or (option == "auto" and cuda and dtype in (torch.float16, torch.bfloat16)):
         return "sdpa"
     # otherwise: the explicit path
@@ -155,6 +174,9 @@ def refusal(layer: str, option: str, terms: Terms = NO_TERMS) -> Optional[str]:
     reasons = [unavailable(name) for name in asked]
     if asked and all(reasons):
         return f"{flag} {option}: {reasons[0]}"
+    if option == "sdpa" and terms.logit_scaling:
+        return (f"{flag} sdpa: PyTorch's fused attention adds its mask to the logits, but PASCAL (--pascal-heads) "
+                "multiplies them: use auto or explicit")
     if option == "sdpa" and not serves("sdpa", terms):
         return (f"{flag} sdpa: PyTorch's fused attention does not return the probabilities that convolved "
                 "attention and Shaw relative values need: use auto or explicit (or triton, for Shaw relative keys "
@@ -192,7 +214,7 @@ def describe(layer: str, option: str, device: torch.device, dtype: torch.dtype, 
     groups = {}  # (in training, in inference): the layers' numbers
     for number, its_terms in enumerate(terms, 1):
         training, inference = (choose_attention(option, its_terms, device, dtype, False, score_grad)
-                               for score_grad in (len(its_terms[0]) > 0, False))
+                               for score_grad in (gradient_through_scores(its_terms.score, True), False))
         groups.setdefault((training, inference), []).append(number)
     return here + ", ".join(
         ("" if len(groups) == 1 else f"layer{'s' * (len(numbers) > 1)} {_spans(numbers)} ")

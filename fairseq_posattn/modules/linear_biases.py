@@ -43,6 +43,8 @@ def alibi_slopes(num_heads: int) -> List[float]:
 class LinearDistanceBias(nn.Module):
     """The score term ``-m_h |distance(i, j)|``, ``[B or 1, H, T, T]`` in float32."""
 
+    reads_query = False  # and no parameter: no gradient reaches it (kernel_choice.gradient_through_scores)
+
     def __init__(self, num_heads: int, distance: str = "sequential"):
         super().__init__()
         if distance not in DISTANCES:

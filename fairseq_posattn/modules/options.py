@@ -15,11 +15,17 @@ from fairseq.dataclass.utils import gen_parser_from_dataclass
 from torch import nn
 
 from ..kernels import manual
+from ..structure.batch import TreeInputs
+from ..structure.tree import PARENT_ANCHORS
 from . import kernel_choice
 from .convolved_attention import ConvolvedAttention1d, ConvolvedAttention2d
 from .direct_interactions import AbsolutePositionInteraction, RelativePositionInteraction
+from .linear_biases import LinearDistanceBias
+from .parent_scaling import ParentScaledLogits
 from .quant_noise import check_block_size
 from .relative_positions import QueryProjectedRelativeScores, RelativeKeys, RelativeValues
+from .rotary import RotaryPositions
+from .t5_bias import T5RelativeBias, check_buckets
 
 POSITION_EMBEDDING_CHOICES = ChoiceEnum(["add", "concat", "none"])
 INTERACTION_CHOICES = ChoiceEnum(["none", "P", "R", "PR"])
@@ -31,6 +37,8 @@ ATTENTION_KERNEL_CHOICES = ChoiceEnum(list(manual.OPTIONS[manual.ATTENTION]))
 CELL_CHOICES = ChoiceEnum(["onlstm", "lstm"])
 ORDER_CHOICES = ChoiceEnum(["recurrent-first", "attention-first"])
 RECURRENT_KERNEL_CHOICES = ChoiceEnum(list(manual.OPTIONS[manual.RECURRENCE]))
+PASCAL_LAYER_CHOICES = ChoiceEnum(["first", "all"])
+PARENT_ANCHOR_CHOICES = ChoiceEnum(list(PARENT_ANCHORS))
 
 
 @dataclass(frozen=True)
@@ -69,10 +77,14 @@ QUERY_RELATIVE = Need("--query-relative-positions", lambda o: o.query_relative_p
                       ("query_relative_positions",))
 STRUCTURAL_RELATIVE = Need("--structural-relative-positions", lambda o: o.structural_relative_positions,
                            ("structural_relative_positions",))
-TREES = Need("a model that reads dependency trees (--structural-position-embedding fuse or add, or "
-             "--structural-relative-positions)",
-             lambda o: PositionAttentionConfig.from_namespace(o).uses_structure(),
-             ("structural_position_embedding", "structural_relative_positions"))
+TREE_OPTIONS = ("structural_position_embedding", "structural_relative_positions", "dependency_distance_bias",
+                "pascal_heads")  # the options that make an encoder read dependency trees
+TREES = Need("a model that reads dependency trees (--structural-position-embedding fuse or add, "
+             "--structural-relative-positions, --dependency-distance-bias or --pascal-heads)",
+             lambda o: PositionAttentionConfig.from_namespace(o).uses_structure(), TREE_OPTIONS)
+ROTARY = Need("--rotary-positions", lambda o: o.rotary_positions, ("rotary_positions",))
+T5 = Need("--t5-relative-bias", lambda o: o.t5_relative_bias, ("t5_relative_bias",))
+PASCAL = Need("--pascal-heads > 0", lambda o: o.pascal_heads > 0, ("pascal_heads",))
 RECURRENT_LAYERS = Need("recurrent layers (--encoder-recurrent-layers > 0)",
                         lambda o: o.encoder_recurrent_layers > 0, ("encoder_recurrent_layers",))
 ONLSTM = Need("--encoder-recurrent-cell onlstm", lambda o: o.encoder_recurrent_cell == "onlstm",
@@ -180,13 +192,63 @@ class PositionAttentionConfig(EncoderOptions):
     max_structural_relative_position: int = field(default=16, metadata={
         "help": "clip distance r of --structural-relative-positions",
         "needs": (ATTENTION_LAYERS, STRUCTURAL_RELATIVE)})
+    rotary_positions: bool = field(default=False, metadata={
+        "help": "Su et al. 2021 (RoFormer, Eq. 34) rotary position embeddings: queries and keys of every encoder "
+                "layer rotated pairwise by their positions",
+        "needs": (ATTENTION_LAYERS,)})
+    rotary_base: float = field(default=10000.0, metadata={
+        "help": "the base of --rotary-positions' angles theta_i = base^(-2(i-1)/d_h) (RoFormer Eq. 15)",
+        "needs": (ATTENTION_LAYERS, ROTARY)})
+    alibi: bool = field(default=False, metadata={
+        "help": "Press et al. 2022 (ALiBi, Sec. 3) linear biases -m_h |i - j| on the logits of every encoder "
+                "layer, symmetric, no parameters",
+        "needs": (ATTENTION_LAYERS,)})
+    t5_relative_bias: bool = field(default=False, metadata={
+        "help": "Raffel et al. 2020 (T5, Sec. 2.1) relative attention bias: a learned scalar per head and "
+                "bucket of j - i on the logits, one table shared by every encoder layer",
+        "needs": (ATTENTION_LAYERS,)})
+    t5_bias_buckets: int = field(default=32, metadata={
+        "help": "buckets of --t5-relative-bias (half per direction; even, at least 4)",
+        "needs": (ATTENTION_LAYERS, T5)})
+    t5_bias_max_distance: int = field(default=128, metadata={
+        "help": "distance of --t5-relative-bias beyond which the last bucket of a direction holds",
+        "needs": (ATTENTION_LAYERS, T5)})
+    dependency_distance_bias: bool = field(default=False, metadata={
+        "help": "ALiBi's bias with the number of dependency arcs between the two tokens' words in place of "
+                "|i - j| (pieces of one word: 0), in every encoder layer; needs --task translation_struct",
+        "needs": (ATTENTION_LAYERS,)})
+    pascal_heads: int = field(default=0, metadata={
+        "help": "Bugliarello & Okazaki 2020 (PASCAL, Sec. 3): the last N heads of each --pascal-layers layer "
+                "multiply their logits by the normal density around the token's dependency parent; 0: off; "
+                "needs --task translation_struct",
+        "needs": (ATTENTION_LAYERS,)})
+    pascal_layers: PASCAL_LAYER_CHOICES = field(default="first", metadata={
+        "help": "encoder layers with --pascal-heads: the first (the paper's WMT16 setting) or all",
+        "needs": (PASCAL, SEVERAL_ATTENTION_LAYERS)})
+    pascal_sigma: float = field(default=1.0, metadata={
+        "help": "standard deviation of PASCAL's normal density over key positions",
+        "needs": (ATTENTION_LAYERS, PASCAL)})
+    pascal_anchor: PARENT_ANCHOR_CHOICES = field(default="mean", metadata={
+        "help": "where PASCAL places a parent word split into pieces: mean (the middle of its pieces, the "
+                "paper's) or root (its first piece)",
+        "needs": (ATTENTION_LAYERS, PASCAL)})
     encoder_attention_kernel: ATTENTION_KERNEL_CHOICES = field(default="auto", metadata={
         "help": manual.help_text(manual.ATTENTION), "parse": kernel_choice.parse_option(manual.ATTENTION),
         "needs": (ATTENTION_LAYERS,)})
 
+    def tree_inputs(self) -> TreeInputs:
+        """The tree inputs of ``translation_struct`` that the encoder reads."""
+        return TreeInputs(depths=self.structural_position_embedding != "none",
+                          structural_positions=self.structural_relative_positions,
+                          tree_distances=self.dependency_distance_bias,
+                          parent_anchor=self.pascal_anchor if self.pascal_heads else None)
+
     def uses_structure(self) -> bool:
         """True if the encoder needs the tree inputs of ``translation_struct``."""
-        return self.structural_position_embedding != "none" or self.structural_relative_positions
+        return bool(self.tree_inputs())
+
+    def pascal_layer(self, layer_index: int) -> bool:
+        return self.pascal_heads > 0 and (layer_index == 0 or self.pascal_layers == "all")
 
     def uses_position_tables(self) -> bool:
         return self.position_interactions != "none" or self.convolved_attention == "1d"
@@ -196,11 +258,12 @@ class PositionAttentionConfig(EncoderOptions):
         return self.uses_position_tables() or (self.query_relative_positions
                                                and self.query_relative_clip is None)
 
-    def check(self, embed_dim: int, max_source_positions: int, share_all_embeddings: bool,
+    def check(self, embed_dim: int, num_heads: int, max_source_positions: int, share_all_embeddings: bool,
               learned_pos: bool = False, no_token_positional_embeddings: bool = False) -> None:
         """Refuse, at build time, combinations that cannot work; name the flags.
 
-        ``learned_pos`` and ``no_token_positional_embeddings`` are fairseq's
+        ``num_heads`` is ``--encoder-attention-heads``; ``learned_pos`` and
+        ``no_token_positional_embeddings`` are fairseq's
         ``--encoder-learned-pos`` and ``--no-token-positional-embeddings``.
         """
         if learned_pos and no_token_positional_embeddings:
@@ -255,6 +318,23 @@ class PositionAttentionConfig(EncoderOptions):
         ):
             if value < 1:
                 raise ValueError(f"{flag} must be at least 1, got {value}")
+        self.check_methods(embed_dim, num_heads)
+
+    def check_methods(self, embed_dim: int, num_heads: int) -> None:
+        """Refuse values of the rotary, T5 and PASCAL options that cannot work."""
+        head_dim = embed_dim // num_heads
+        if self.rotary_positions and head_dim % 2:
+            raise ValueError(f"--rotary-positions rotates pairs of dimensions, but a head has {head_dim} "
+                             f"(--encoder-embed-dim {embed_dim} / --encoder-attention-heads {num_heads}): choose "
+                             "an even head dimension")
+        if not self.rotary_base > 1:
+            raise ValueError(f"--rotary-base must be above 1, got {self.rotary_base}")
+        check_buckets(self.t5_bias_buckets, self.t5_bias_max_distance)
+        if not 0 <= self.pascal_heads <= num_heads:
+            raise ValueError(f"--pascal-heads {self.pascal_heads} must be between 0 (off) and "
+                             f"--encoder-attention-heads {num_heads}")
+        if not self.pascal_sigma > 0:
+            raise ValueError(f"--pascal-sigma must be positive, got {self.pascal_sigma}")
 
     def position_concat_dim(self, embed_dim: int) -> int:
         return embed_dim // 4 if self.encoder_position_concat_dim is None else self.encoder_position_concat_dim
@@ -262,13 +342,23 @@ class PositionAttentionConfig(EncoderOptions):
     def relative_clip(self) -> int:
         return self.interaction_max_len - 1 if self.query_relative_clip is None else self.query_relative_clip
 
-    def build_terms(self, embed_dim: int, num_heads: int, layer_index: int) -> Dict:
-        """Keyword arguments of :class:`PositionAwareSelfAttention` for one layer."""
+    def build_terms(self, embed_dim: int, num_heads: int, layer_index: int,
+                    shared: Optional[Dict[str, nn.Module]] = None) -> Dict:
+        """Keyword arguments of :class:`PositionAwareSelfAttention` for one layer.  ``shared``: the terms
+        that every layer of one encoder shares (T5's table), made by the first layer that asks; None: its own."""
+        shared = {} if shared is None else shared
         head_dim = embed_dim // num_heads
         t, overflow = self.interaction_max_len, self.interaction_overflow
+        rotation_terms: List[nn.Module] = []
+        logit_scaling_terms: List[nn.Module] = []
         score_terms: List[nn.Module] = []
         probability_terms: List[nn.Module] = []
         value_terms: List[nn.Module] = []
+        if self.rotary_positions:
+            rotation_terms.append(RotaryPositions(head_dim, self.rotary_base))
+        if self.pascal_layer(layer_index):
+            logit_scaling_terms.append(ParentScaledLogits(num_heads, range(num_heads - self.pascal_heads, num_heads),
+                                                          self.pascal_sigma))
         if layer_index == 0 or self.position_interaction_layers == "all":
             if self.position_interactions in ("P", "PR"):
                 score_terms.append(AbsolutePositionInteraction(num_heads, t, overflow))
@@ -284,11 +374,20 @@ class PositionAttentionConfig(EncoderOptions):
                     value_terms.append(RelativeValues(head_dim, clip, positions))
         if self.query_relative_positions:
             score_terms.append(QueryProjectedRelativeScores(embed_dim, num_heads, self.relative_clip()))
+        if self.alibi:
+            score_terms.append(LinearDistanceBias(num_heads, "sequential"))
+        if self.dependency_distance_bias:
+            score_terms.append(LinearDistanceBias(num_heads, "tree_distance"))
+        if self.t5_relative_bias:
+            if "t5" not in shared:
+                shared["t5"] = T5RelativeBias(embed_dim, num_heads, self.t5_bias_buckets, self.t5_bias_max_distance)
+            score_terms.append(shared["t5"])
         if self.convolved_attention == "1d":
             probability_terms.append(ConvolvedAttention1d(num_heads, t, overflow))
         elif self.convolved_attention == "2d":
             probability_terms.append(ConvolvedAttention2d(num_heads))
-        return dict(learnable_temperature=self.learnable_temperature, score_terms=score_terms,
+        return dict(learnable_temperature=self.learnable_temperature, rotation_terms=rotation_terms,
+                    logit_scaling_terms=logit_scaling_terms, score_terms=score_terms,
                     probability_terms=probability_terms, value_terms=value_terms,
                     kernel=self.encoder_attention_kernel)
 

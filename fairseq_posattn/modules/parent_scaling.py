@@ -47,13 +47,14 @@ class ParentScaledLogits(nn.Module):
             self._chosen[device] = chosen.view(1, -1, 1, 1)
         return self._chosen[device]
 
-    def density(self, parents: Tensor, length: int) -> Tensor:
-        """``N(j; p_i, sigma^2)``, float32 ``[B, 1, T, T]``."""
-        keys = torch.arange(length, device=parents.device, dtype=torch.float32)
-        offset = keys - parents.to(torch.float32).unsqueeze(-1)  # j - p_i, [B, T, T]
+    def density(self, parents: Tensor, length: int, dtype: torch.dtype = torch.float32) -> Tensor:
+        """``N(j; p_i, sigma^2)``, ``[B, 1, T, T]`` in ``dtype``."""
+        keys = torch.arange(length, device=parents.device, dtype=dtype)
+        offset = keys - parents.to(dtype).unsqueeze(-1)  # j - p_i, [B, T, T]
         variance = self.sigma**2
         return (torch.exp(-offset.square() / (2 * variance)) / math.sqrt(2 * math.pi * variance)).unsqueeze(1)
 
     def forward(self, logits: Tensor, context: AttentionContext) -> Tensor:
-        scaled = logits * self.density(context.token_positions("parents"), logits.size(-1))
+        scaled = logits * self.density(context.token_positions("parents"), logits.size(-1),
+                                       torch.promote_types(logits.dtype, torch.float32))
         return torch.where(self.chosen(logits.device), scaled.to(logits.dtype), logits)

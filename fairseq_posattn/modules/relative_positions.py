@@ -97,6 +97,8 @@ class _RelativeTable(nn.Module):
 class RelativeKeys(_RelativeTable):
     """Shaw et al. (2018) Eq. 4: the ``q_i . a^K_ij / sqrt(d_h)`` score term."""
 
+    reads_query = True  # a score term's declaration (kernel_choice.gradient_through_scores)
+
     def forward(self, query: Tensor, inputs: Tensor, context: AttentionContext):
         """``query`` is already scaled by ``1/sqrt(d_h)``."""
         return relative_scores(query, *self.rows(context))
@@ -117,6 +119,8 @@ class QueryProjectedRelativeScores(nn.Module):
     scores the paper sums share one scale.  ``m_{-k..k}`` are learned per
     head; distances beyond ``k`` share the outermost vectors.
     """
+
+    reads_query = True  # the layer's input, through W^r
 
     def __init__(self, embed_dim: int, num_heads: int, clip: int):
         super().__init__()

@@ -38,12 +38,14 @@ class RotaryPositions(nn.Module):
 
     def cos_sin(self, length: int, device: torch.device, dtype: torch.dtype) -> Tuple[Tensor, Tensor]:
         """``cos(m theta)`` and ``sin(m theta)``, ``[T, d_h]`` (each angle twice, once per half), computed in
-        float32 and kept for the last length, device and dtype (every layer of a forward pass asks for the same)."""
+        float32 (float64 for float64 inputs) and kept for the last length, device and dtype (every layer of a
+        forward pass asks for the same)."""
         key = (length, device, dtype)
         if self._cached is None or self._cached[0] != key:
-            exponents = torch.arange(0, self.head_dim, 2, device=device, dtype=torch.float32) / self.head_dim
+            precision = torch.promote_types(dtype, torch.float32)
+            exponents = torch.arange(0, self.head_dim, 2, device=device, dtype=precision) / self.head_dim
             theta = self.base ** -exponents  # theta_i = base^(-2(i-1)/d_h)
-            angles = torch.outer(torch.arange(length, device=device, dtype=torch.float32), theta).repeat(1, 2)
+            angles = torch.outer(torch.arange(length, device=device, dtype=precision), theta).repeat(1, 2)
             self._cached = (key, angles.cos().to(dtype), angles.sin().to(dtype))
         return self._cached[1], self._cached[2]
 

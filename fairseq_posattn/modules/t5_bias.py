@@ -55,6 +55,8 @@ class T5RelativeBias(nn.Module):
     """The score term ``b_h[bucket(j - i)]`` (Sec. 2.1), ``[1, H, T, T]``, from a learned
     ``[num_buckets, H]`` table initialised ``N(0, embed_dim^-1)`` (as Hugging Face's T5)."""
 
+    reads_query = False  # a score term's declaration (kernel_choice.gradient_through_scores)
+
     def __init__(self, embed_dim: int, num_heads: int, num_buckets: int = 32, max_distance: int = 128):
         super().__init__()
         check_buckets(num_buckets, max_distance)

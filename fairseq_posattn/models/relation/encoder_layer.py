@@ -50,11 +50,11 @@ class MaskedBatchNorm(nn.BatchNorm1d):
 class RelationEncoderLayer(PositionAwareEncoderLayer):
     """Post-norm encoder layer with the options of :class:`RelationLayerOptions`."""
 
-    def __init__(self, cfg, attention_cfg, layer_index: int, options: RelationLayerOptions):
+    def __init__(self, cfg, attention_cfg, layer_index: int, options: RelationLayerOptions, shared_terms=None):
         if cfg.encoder.normalize_before:
             raise ValueError("the relation classifier's encoder layer is post-norm: drop --encoder-normalize-before")
         self.options = options
-        super().__init__(cfg, attention_cfg, layer_index)
+        super().__init__(cfg, attention_cfg, layer_index, shared_terms)
         if options.norm == "batch":
             self.self_attn_layer_norm = MaskedBatchNorm(self.embed_dim)
             self.final_layer_norm = MaskedBatchNorm(self.embed_dim)

@@ -92,7 +92,7 @@ class RelationEncoder(PositionAwareEncoder):
 
     def build_encoder_layer(self, cfg, layer_index: int):
         return self._wrap_layer(cfg, RelationEncoderLayer(cfg, self.attention_cfg, layer_index,
-                                                          self.layer_options))
+                                                          self.layer_options, self.shared_terms))
 
 
 @register_model("relation_classifier")

@@ -94,7 +94,8 @@ class PositionAwareTagger(BaseFairseqModel):
         if attention_cfg.encoder_position_embedding == "concat":
             width += attention_cfg.position_concat_dim(width)
         max_positions = task.max_positions()
-        attention_cfg.check(embed_dim=width, max_source_positions=max_positions, share_all_embeddings=False)
+        attention_cfg.check(embed_dim=width, num_heads=options.encoder_attention_heads,
+                            max_source_positions=max_positions, share_all_embeddings=False)
         encoder_cfg = TransformerConfig.from_namespace(Namespace(
             encoder_embed_dim=width,
             encoder_layers=options.encoder_layers,

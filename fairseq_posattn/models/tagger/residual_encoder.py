@@ -1,5 +1,7 @@
 """An encoder of attention-only residual layers (Dufter et al. 2020)."""
 
+from typing import Dict, Optional
+
 from fairseq.modules import FairseqDropout
 from torch import nn
 
@@ -20,14 +22,14 @@ class ResidualAttentionLayer(nn.Module):
 
     def __init__(self, embed_dim: int, num_heads: int, input_dropout: float,
                  attention_dropout: float, attention_cfg: PositionAttentionConfig,
-                 layer_index: int):
+                 layer_index: int, shared_terms: Optional[Dict[str, nn.Module]] = None):
         super().__init__()
         self.dropout_module = FairseqDropout(input_dropout, module_name=self.__class__.__name__)
         self.self_attn = PositionAwareSelfAttention(
             embed_dim,
             num_heads,
             dropout=attention_dropout,
-            **attention_cfg.build_terms(embed_dim, num_heads, layer_index),
+            **attention_cfg.build_terms(embed_dim, num_heads, layer_index, shared_terms),
         )
 
     def forward(self, x, encoder_padding_mask, context):
@@ -54,4 +56,5 @@ class ResidualAttentionEncoder(PositionAwareEncoder):
             attention_dropout=cfg.attention_dropout,
             attention_cfg=self.attention_cfg,
             layer_index=layer_index,
+            shared_terms=self.shared_terms,
         )
