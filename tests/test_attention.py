@@ -13,6 +13,7 @@ from fairseq_posattn.modules import AttentionContext, PositionAttentionConfig, k
 from fairseq_posattn.modules.attention import PositionAwareSelfAttention
 from fairseq_posattn.modules.convolved_attention import ConvolvedAttention1d
 
+from conftest import encoded_tree_inputs, random_piece_tree
 from test_position_methods import t5_bucket_reference
 
 EMBED, HEADS = 12, 3
@@ -828,6 +829,12 @@ FUSED_LAYERS = {
     ("transformer_posattn_p", "--encoder-attention-kernel", "sdpa"): (3, 3),
     ("transformer_posattn", "--query-relative-positions", "--encoder-attention-kernel", "sdpa"): (3, 3),
     ("transformer_posattn_p", "--encoder-attention-kernel", "explicit"): (0, 0),
+    ("transformer_rope",): (3, 3),  # rotation never changes the kernel
+    ("transformer_alibi",): (3, 3),  # no parameter, no query: no gradient through the mask
+    ("transformer_depdist",): (3, 3),
+    ("transformer_t5bias",): (0, 3),  # a trained table, as P and R
+    ("transformer_t5bias", "--encoder-attention-kernel", "sdpa"): (3, 3),
+    ("transformer_pascal",): (2, 2),  # PASCAL's first layer multiplies its logits
 }
 
 
@@ -835,7 +842,6 @@ def count_fused_layers(flags, device="cpu", dtype=torch.float32):
     """Calls of scaled_dot_product_attention in one encoder pass of a small
     model of ``flags`` on ``device`` in ``dtype``: (in training, under no_grad
     in eval mode)."""
-    from fairseq_posattn.bench.models import make_trees
     from fairseq_posattn.models.from_flags import build_model_from_flags
 
     _, model = build_model_from_flags(
@@ -847,7 +853,8 @@ def count_fused_layers(flags, device="cpu", dtype=torch.float32):
     tokens = torch.randint(4, 50, (2, 6))
     tokens[1, :2] = 1  # left padding
     tokens[:, -1] = 2
-    trees = make_trees(lengths, 6, seed=0) if flags[0] == "transformer_struct" else {}
+    trees = encoded_tree_inputs([random_piece_tree(n - 1, seed=n) for n in lengths.tolist()],
+                                model.encoder.tree_inputs)
     model.to(device, dtype)
     tokens, lengths = tokens.to(device), lengths.to(device)
     trees = {name: t.to(device) for name, t in trees.items()}

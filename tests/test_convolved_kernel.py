@@ -36,6 +36,9 @@ LAYERS = {
     "conv2d+shaw-keys+bilan": dict(convolved_attention="2d", relative_positions=True, max_relative_position=2,
                                    no_relative_values=True, query_relative_positions=True,
                                    query_relative_clip=3),
+    # the kernels take the logits the layer computes: PASCAL's scaling of the rotated q k^T included
+    "conv2d+pascal+rope+alibi+depdist": dict(convolved_attention="2d", pascal_heads=2, rotary_positions=True,
+                                             alibi=True, dependency_distance_bias=True),
 }
 
 
@@ -104,6 +107,7 @@ TAKES_THE_KERNELS = {
     "conv2d": True,
     "conv2d+P+temperature": True,
     "conv2d+shaw-keys+bilan": True,
+    "conv2d+pascal+rope+alibi+depdist": True,
     "conv1d": False,
     "everything_1d": False,
     "everything_2d": False,  # Shaw values read the convolved map

@@ -101,10 +101,16 @@ def flash_and_explicit(options, dtype=torch.float32, dropout=0.0, kernel="triton
 
 def context(length, batch=3):
     """Sequential positions and random tree-like structural ones (``[B, T, T]``
-    int8, as ``translation_struct`` collates them), beyond the clips too."""
-    structural = torch.randint(-5, 6, (batch, length, length), dtype=torch.int8,
-                               generator=torch.Generator().manual_seed(5))
-    return AttentionContext(length, torch.device(DEVICE), {"structural": structural.to(DEVICE)})
+    int8, as ``translation_struct`` collates them), beyond the clips too; tree
+    distances and PASCAL's parent positions."""
+    generator = torch.Generator().manual_seed(5)
+    structural = torch.randint(-5, 6, (batch, length, length), dtype=torch.int8, generator=generator)
+    distances = torch.randint(1, 6, (batch, length, length), dtype=torch.int8, generator=generator).triu(1)
+    parents = torch.randint(0, 2 * length - 1, (batch, length), generator=generator) / 2
+    return AttentionContext(length, torch.device(DEVICE),
+                            {"structural": structural.to(DEVICE),
+                             "tree_distance": (distances + distances.transpose(1, 2)).to(DEVICE)},
+                            {"parents": parents.to(DEVICE)})
 
 
 def outputs_and_grads(attn, x, mask, length, autocast=None):

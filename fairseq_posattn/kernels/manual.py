@@ -33,21 +33,22 @@ class Entry:
 KERNELS = (
     Entry(name="explicit", layer=ATTENTION, option="explicit",
           computes="every term, in PyTorch's operations as the layer defines them",
-          auto="otherwise: where the weights are asked for, in float64, with probability or value terms no Triton "
-               "kernel computes here, or with a gradient for the score terms outside CUDA's half precision",
+          auto="otherwise: where the weights are asked for, in float64, with probability, value or logit-scaling "
+               "terms no Triton kernel computes here, or with a gradient for the score terms outside CUDA's half "
+               "precision",
           home="fairseq_posattn.modules.attention"),
     Entry(name="sdpa", layer=ATTENTION, option="sdpa",
           computes="PyTorch's fused scaled_dot_product_attention, the score terms and the padding as its additive "
-                   "mask (no probability or value terms)",
+                   "mask (no probability, value or logit-scaling terms)",
           auto="where no gradient must reach the score terms, and on CUDA in float16 or bfloat16 also where one must",
           home="torch.nn.functional"),
     Entry(name="shaw_triton", layer=ATTENTION, option="triton",
-          computes="Shaw relative keys and values of one or two position sets, and no other term, in one "
-                   "flash-style Triton kernel",
+          computes="Shaw relative keys and values of one or two position sets, and no other term but rotary "
+                   "positions, in one flash-style Triton kernel",
           auto="on CUDA where Triton is installed", home="fairseq_posattn.kernels.shaw_flash"),
     Entry(name="conv2d_triton", layer=ATTENTION, option="triton",
           computes="the 2d convolved attention (softmax, masks, convolution, ReLU, dropout) in Triton kernels, after "
-                   "any score terms, without value terms",
+                   "any score and logit-scaling terms, without value terms",
           auto="on CUDA where Triton is installed", home="fairseq_posattn.kernels.convolved_2d"),
     Entry(name="onlstm_reference", layer=RECURRENCE, option="reference",
           computes="the definition (Hao et al. 2019, Eq. 3-9), autograd's backward",
@@ -86,7 +87,7 @@ CANDIDATES = (
           verdict=_VERDICT.format(rival="onlstm_triton", bench=_RECURRENT_BENCH.format("graph"))),
     Entry(name="conv1d_triton", layer=ATTENTION, option=None,
           computes="the 1d convolved attention (softmax, masks, convolution along the queries as matmuls, ReLU, "
-                   "dropout) in Triton kernels, after any score terms, without value terms",
+                   "dropout) in Triton kernels, after any score and logit-scaling terms, without value terms",
           home="fairseq_posattn.kernels.candidates.convolved_1d", removed_option="triton",
           verdict=_VERDICT.format(rival="the explicit path",
                                   bench="fairseq-posattn-bench --rows conv1d,conv1d-triton")),

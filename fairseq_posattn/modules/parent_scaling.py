@@ -9,8 +9,11 @@ The authors' code (e-bug/pascal, ``MultiheadPascal``) scales the logits after
 the ``1/sqrt(d_h)`` factor, uses this normalised density, and masks padding
 afterwards; their WMT16 En->De setting scales 5 of the 8 heads of the first
 encoder layer (the code scales the tail of its batch-times-heads axis, the
-last heads when a batch holds one sentence).  A product cannot go into the additive mask of PyTorch's
-fused attention: a layer with this term computes its logits explicitly.
+last heads when a batch holds one sentence; ``--pascal-heads N`` scales the
+last N heads of every sentence).  It is a logit-scaling term of the layer
+(:mod:`.attention`): a product cannot go into the additive mask of PyTorch's
+fused attention, so a layer with this term computes its logits explicitly,
+for the explicit path or the 2d convolution's Triton kernels.
 """
 
 import math
