@@ -1,9 +1,10 @@
 """No import runs back up between the package's layers.
 
 The layers, lowest first: the leaves (errors, files, figures, version: they
-import nothing of the package); kernels (tensors in, tensors out); modules
-(the layers, and the chooser of their kernels); models; structure, then data
-(trees and corpora, beside the neural layers); metrics (scores, reading
+import nothing of the package); kernels (tensors in, tensors out); structure
+(trees, beside the neural layers); modules (the layers, and the chooser of
+their kernels; they name the tree inputs they read in structure's
+``TreeInputs``); models; data (corpora, over structure); metrics (scores, reading
 data's tags); criterions and optim; tasks and config_check (which checks the
 tasks' and models' options). compat patches fairseq and may call into every
 layer, but no layer imports it: only the package's ``__init__`` (which
@@ -30,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS: Dict[str, Tuple[Tuple[str, ...], Tuple[str, ...]]] = {
     "leaves": (("errors", "files", "figures", "version"), ()),
     "kernels": (("kernels",), ("leaves",)),
-    "modules": (("modules",), ("kernels",)),
+    "modules": (("modules",), ("kernels", "structure")),
     "models": (("models",), ("modules",)),
     "structure": (("structure",), ("leaves",)),
     "data": (("data",), ("structure",)),
