@@ -267,9 +267,11 @@ def test_structural_positions_without_trees_are_refused_before_any_data_is_read(
     ("transformer_depdist", [], "--dependency-distance-bias"),
     ("transformer_rope", ["--pascal-heads", "1", "--structural-relative-positions"],
      "--structural-relative-positions, --pascal-heads 1"),
+    ("posattn_tagger", ["--dependency-distance-bias"], "--dependency-distance-bias"),
+    ("logic_san", ["--pascal-heads", "1"], "--pascal-heads 1"),
 ])
 def test_tree_methods_without_trees_are_refused_naming_the_flag(arch, flags, given):
-    args = parse_model_flags(["--arch", arch, *SIZES["transformer_posattn"], *flags])
+    args = parse_model_flags(["--arch", arch, *SIZES[model_name(arch)], *flags])
     with pytest.raises(ValueError, match=re.escape(
             f"--arch {arch} ({given}) reads the dependency trees of the source, which --task translation does "
             "not give it: use --task translation_struct, or turn those options off")):

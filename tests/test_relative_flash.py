@@ -60,6 +60,8 @@ SETS = {
     "structural": dict(structural_relative_positions=True, max_structural_relative_position=3),
     "both": dict(relative_positions=True, max_relative_position=4,  # as transformer_struct
                  structural_relative_positions=True, max_structural_relative_position=2),
+    # the kernel reads the rotated query and key, Shaw's keys too
+    "sequential+rope": dict(relative_positions=True, max_relative_position=2, rotary_positions=True),
 }
 
 
@@ -157,7 +159,7 @@ def test_the_kernel_is_the_explicit_path(sets, padding):
     assert_kernel_is_the_explicit_path(SETS[sets], padding, "shaw_triton")
 
 
-@pytest.mark.parametrize("name", ["shaw", "shaw_wide"])
+@pytest.mark.parametrize("name", ["shaw", "shaw_wide", "rope_shaw"])
 def test_the_kernel_matches_the_loop_reference(name):
     attn = build(dtype=torch.float32, **OPTION_SETS[name]).eval()
     attn.kernel = "triton"
@@ -235,6 +237,8 @@ TAKES_THE_KERNEL = {
     "shaw+P": False,
     "shaw+bilan": False,
     "shaw+conv2d": False,
+    "sequential+rope": True,  # rotation never changes the kernel
+    "shaw+pascal": False,  # PASCAL scales logits the kernel keeps inside
 }
 
 
@@ -244,7 +248,8 @@ def layer_options(name):
     if name in OPTION_SETS:
         return OPTION_SETS[name]
     first, second = name.split("+")
-    return {**OPTION_SETS[first], **OPTION_SETS.get(second, {"learnable_temperature": True})}
+    seconds = {"temperature": {"learnable_temperature": True}, "pascal": {"pascal_heads": 1}}
+    return {**OPTION_SETS[first], **OPTION_SETS.get(second, seconds.get(second))}
 
 
 def assert_takes_the_kernel(options, name, takes, kernel="triton"):
