@@ -180,8 +180,8 @@ class PositionAwareSelfAttention(nn.Module):
         elif kernel in CONVOLUTIONS:  # the convolved attention's probabilities in Triton kernels
             _, convolved_attention = CONVOLUTIONS[kernel]
             filters = self.probability_terms[0].filters(length)
-            probs = convolved_attention(self._logits(q, k, bias, context), key_padding_mask, *filters, *self._kernel_dropout(),
-                                        v.dtype)
+            probs = convolved_attention(self._logits(q, k, bias, context), key_padding_mask, *filters,
+                                        *self._kernel_dropout(), v.dtype)
             out = torch.matmul(probs, v)
         elif kernel == "sdpa":
             mask = self._additive_mask(bias, key_padding_mask, q.dtype)

@@ -25,7 +25,6 @@ from .relative_positions import RelativeKeys, RelativeValues
 logger = logging.getLogger(__name__)
 
 
-
 class Terms(NamedTuple):
     """A layer's position terms, by kind (:mod:`.attention`'s order)."""
     score: Sequence = ()
@@ -127,7 +126,7 @@ def choose_attention(option: str, terms: Terms, device: torch.device, dtype: tor
         _warn_once(f"{triton_kernel} (--encoder-attention-kernel {option}): the Triton kernels run on CUDA tensors "
                    f"(or in Triton's interpreter, TRITON_INTERPRET=1); on {device} the explicit path computes "
                    "the same function")
-    # probability or value terms: the explicit path
+    # probability, value or logit-scaling terms: the explicit path
     if not serves("sdpa", terms):
         return "explicit"
     # sdpa asked for; or auto where no gradient must reach the score terms (none has a parameter that trains
