@@ -358,7 +358,7 @@ def test_tree_terms_in_half_precision_are_finite(name, how, dtype):
 
 
 @pytest.mark.parametrize("name", ["rope", "alibi", "depdist", "depdist_alibi"])
-def test_parameter_free_terms_take_the_fused_kernel_in_training(name):
+def test_parameter_free_terms_take_the_fused_kernel_in_training_and_inference(name):
     """Rotary positions, ALiBi and the dependency-distance bias need no gradient through the mask: ``auto``
     runs PyTorch's fused attention in training too, and output and gradients are the explicit path's."""
     options = ALL_SETS[name]
@@ -375,6 +375,11 @@ def test_parameter_free_terms_take_the_fused_kernel_in_training(name):
         results.append([out, *torch.autograd.grad(out.sum(), [x, *attn.parameters()])])
     for got, expected in zip(*results):
         torch.testing.assert_close(got, expected, atol=1e-10, rtol=1e-9)
+    with torch.no_grad():  # and in inference
+        fused.eval(), explicit.eval()
+        assert chosen(fused, fused._project(x)[0]) == "sdpa"
+        torch.testing.assert_close(fused(x, key_padding_mask=mask, context=context)[0] * weight,
+                                   explicit(x, key_padding_mask=mask, context=context)[0] * weight)
 
 
 def test_t5_trains_explicitly_and_infers_fused_like_p_and_r():
