@@ -131,7 +131,7 @@ class PositionAwareTransformerModel(TransformerModel):
     def forward(self, src_tokens, src_lengths, prev_output_tokens, return_all_hiddens: bool = True,
                 features_only: bool = False, alignment_layer=None, alignment_heads=None, **tree_inputs):
         """fairseq's forward, passing the tree inputs of ``translation_struct``
-        (``src_depths``, ``src_structural_positions``) on to the encoder."""
+        (those the encoder's ``tree_inputs`` names) on to the encoder."""
         encoder_out = self.encoder(src_tokens, src_lengths=src_lengths, return_all_hiddens=return_all_hiddens,
                                    **tree_inputs)
         return self.decoder(prev_output_tokens, encoder_out=encoder_out, features_only=features_only,
