@@ -36,6 +36,7 @@ from omegaconf import OmegaConf, open_dict
 from omegaconf.errors import ValidationError
 
 from .errors import nearest
+from .modules.options import plain
 
 UNRECOGNIZED = "unrecognized arguments: "  # the start of argparse's error for unknown flags
 KINDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
@@ -117,7 +118,7 @@ def typed(section: str, owner: str, schema, option, value):
         raise ValueError(f"{section}.{option.name}: {value!r} is not {expected} "
                          f"(an option of {owner})") from None
     checked = schema[option.name]
-    return checked.value if isinstance(checked, Enum) else checked
+    return plain(checked)
 
 
 def check_options(section: str, owner: str, config, groups: Sequence[type],
@@ -178,7 +179,7 @@ def flag(name: str) -> str:
 
 def as_given(name: str, value) -> str:
     """An option's value as a command line gives it (a switch by its presence)."""
-    value = value.value if isinstance(value, Enum) else value
+    value = plain(value)
     if isinstance(value, bool):
         return flag(name) if value else "no " + flag(name)
     return f"{flag(name)} {value}"
@@ -196,7 +197,7 @@ def refuse_inert(owner: str, groups: Sequence[type], values, options, default_of
                 continue
             unmet = [need for need in option.metadata.get("needs", ()) if not need.met(options)]
             value = _value(values, option.name)
-            if unmet and (value.value if isinstance(value, Enum) else value) != default_of(option.name):
+            if unmet and plain(value) != default_of(option.name):
                 has = ", ".join(as_given(name, getattr(options, name, None)) for name in unmet[0].shown)
                 raise ValueError(
                     f"{as_given(option.name, value)} has no effect: it needs {unmet[0].condition}, and "

@@ -41,6 +41,11 @@ PASCAL_LAYER_CHOICES = ChoiceEnum(["first", "all"])
 PARENT_ANCHOR_CHOICES = ChoiceEnum(list(PARENT_ANCHORS))
 
 
+def plain(value):
+    """An option's value as the command line and a checkpoint give it: fairseq's choice enums as strings."""
+    return value.value if isinstance(value, Enum) else value
+
+
 @dataclass(frozen=True)
 class Need:
     """What an option needs to take effect, declared in its field's metadata
@@ -104,9 +109,7 @@ class EncoderOptions(FairseqDataclass):
     def __post_init__(self):
         # choices arrive as fairseq's enum members or as plain strings
         for f in self.option_fields():
-            value = getattr(self, f.name)
-            if isinstance(value, Enum):
-                setattr(self, f.name, value.value)
+            setattr(self, f.name, plain(getattr(self, f.name)))
 
     @classmethod
     def add_args(cls, parser) -> None:

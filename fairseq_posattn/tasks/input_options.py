@@ -16,11 +16,11 @@ checkpoint remembers", lists every task option and says why it is or is not one.
 import dataclasses
 import logging
 import os
-from enum import Enum
 from typing import Any, Dict, Mapping, Optional, Set
 
 from ..config_check import flag
 from ..errors import UserError
+from ..modules.options import plain
 
 logger = logging.getLogger(__name__)
 
@@ -57,11 +57,6 @@ def input_options(config_class) -> Dict[str, Any]:
 
 def _shown(value) -> str:
     return "'%s'" % value if isinstance(value, str) else str(value)
-
-
-def plain(value):
-    """A config value as a checkpoint records it (fairseq's choice enums as strings)."""
-    return value.value if isinstance(value, Enum) else value
 
 
 def fill_defaults(cfg, options: Mapping[str, Any]) -> Set[str]:

@@ -32,7 +32,8 @@ from ..data.tree_files import load_trees
 from ..modules.options import TREES
 from ..structure import SCHEMES, batch_trees_of_pieces
 from ..structure.pieces import end_cut_word
-from .input_options import RemembersInputOptions, default_of, input_option, plain
+from ..modules.options import plain
+from .input_options import RemembersInputOptions, default_of, input_option
 
 logger = logging.getLogger(__name__)
 
