@@ -23,10 +23,10 @@ from .timing import PHASES, per_repeat_ratios
 # row: the most (train, infer, peak memory) may cost, x its baseline (stock; onlstm-san: stock-deep;
 # ON-LSTM layer: cuDNN's nn.LSTM in float16, its stretch target train 1.20)
 TARGETS = {
-    **{row: (1.03, 1.05, 1.03) for row in ("P", "R", "PR", "temp")},
+    **{row: (1.03, 1.05, 1.03) for row in ("P", "R", "PR", "temp", "rope", "alibi", "t5", "depdist")},
     "bilan": (1.05, 1.08, 1.05),
     "shaw": (1.08, 1.10, 1.05),
-    "struct": (1.10, 1.12, 1.07),
+    **{row: (1.10, 1.12, 1.07) for row in ("struct", "pascal")},
     "conv1d": (1.10, 1.15, 1.10),
     "conv2d": (1.08, 1.15, 1.05),
     "onlstm-san": (1.40, 1.60, 1.20),
