@@ -678,7 +678,7 @@ def count_fused_layers(flags, device="cpu", dtype=torch.float32):
     tokens = torch.randint(4, 50, (2, 6))
     tokens[1, :2] = 1  # left padding
     tokens[:, -1] = 2
-    trees = make_trees(lengths, 6, seed=0) if flags[0] == "transformer_struct" else {}
+    trees = make_trees(model.encoder, lengths, 6, seed=0)
     model.to(device, dtype)
     tokens, lengths = tokens.to(device), lengths.to(device)
     trees = {name: t.to(device) for name, t in trees.items()}

@@ -120,8 +120,8 @@ def test_a_row_gets_the_tree_inputs_its_encoder_reads_as_training_collates_them(
     depths, relative, _ = batch_piece_structure(heads, [np.arange(len(h)) for h in heads], left_pad=True,
                                                 width=width)
     assert struct.trees.keys() == {"src_depths", "src_structural_positions"}
-    assert torch.equal(struct.trees["src_depths"], depths) and torch.equal(struct.trees["src_structural_positions"],
-                                                                           relative)
+    assert torch.equal(struct.trees["src_depths"], depths)
+    assert torch.equal(struct.trees["src_structural_positions"], relative)
     reads_parents = SimpleNamespace(tree_inputs=TreeInputs(parent_anchor="mean"))
     parents, _ = batch_encoded_parent_positions([encode_piece_tree(h, np.arange(len(h))) for h in heads],
                                                 left_pad=True, width=width)
@@ -160,7 +160,22 @@ def test_collate_bench_interleaves_the_collaters(capsys):
     assert len(fairseq_rates) == len(struct_rates) == 3
     assert result["ratios"] == pytest.approx([a / b for a, b in zip(struct_rates, fairseq_rates)])
     out = capsys.readouterr().out
-    assert "translation_struct / fairseq" in out and "bytes/sentence (torch.int8)" in out
+    assert "translation_struct (src_depths, src_structural_positions) / fairseq" in out
+    assert "bytes/sentence (torch.int8)" in out
+
+
+def test_collate_bench_times_what_each_model_reads_side_by_side(capsys):
+    result = collate.main(["--words", "8", "--batch", "4", "--batches", "2", "--seconds", "0.01", "--rounds", "2",
+                           "--reads", "src_depths,src_structural_positions", "--reads", "src_parent_positions"])
+    assert list(result["ratios_by_reads"]) == ["(src_depths, src_structural_positions)", "(src_parent_positions)"]
+    fairseq_rates, wang_rates, parent_rates = result["rates"].values()
+    assert result["ratios_by_reads"]["(src_parent_positions)"] == pytest.approx(
+        [a / b for a, b in zip(parent_rates, fairseq_rates)])
+    out = capsys.readouterr().out
+    assert "translation_struct (src_parent_positions) / (src_depths, src_structural_positions): " in out
+    assert "bytes/sentence (torch.float32)" in out
+    with pytest.raises(SystemExit):
+        collate.main(["--reads", "src_depths,src_heads"])
 
 
 def test_per_repeat_ratios():

@@ -574,12 +574,14 @@ def test_batch_trees_of_pieces_is_parse_then_encode_then_batch():
     assert want_depth.shape == (3, 7) and want_depth[1].tolist() == [0] * 7  # EOS alone at depth 0
     only = batch_trees_of_pieces(pieces, "subword_nmt", parse, TreeInputs(tree_distances=True), left_pad=True,
                                  width=7)
-    assert list(only) == ["src_tree_distances"] and torch.equal(only["src_tree_distances"], want["src_tree_distances"])
+    assert list(only) == ["src_tree_distances"]
+    assert torch.equal(only["src_tree_distances"], want["src_tree_distances"])
 
 
 # ---------------------------------------------------------------- what an encoder reads, batched
 
-WANTED = st.builds(TreeInputs, st.booleans(), st.booleans(), st.booleans(), st.sampled_from([None, "mean", "root"]))
+WANTED = st.builds(TreeInputs, st.booleans(), st.booleans(), st.booleans(),
+                   st.sampled_from([None, "mean", "root"]))
 
 
 @settings(max_examples=80, deadline=None)

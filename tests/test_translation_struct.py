@@ -295,7 +295,8 @@ def test_batches_without_trees_are_parsed_into_what_the_collater_gives(struct_bi
             "src_tokens": net["src_tokens"], "src_lengths": net["src_lengths"]}})
         assert set(recorder.net_input) == {"src_tokens", "src_lengths", *wanted.keys()}
         for key in wanted.keys():
-            assert recorder.net_input[key].dtype == net[key].dtype and torch.equal(recorder.net_input[key], net[key])
+            parsed = recorder.net_input[key]
+            assert parsed.dtype == net[key].dtype and torch.equal(parsed, net[key])
     assert not parser.guessed  # every sentence's own tree
     recorder = Recorder()
     task.inference_step(recorder, [stand_in(TreeInputs(tree_distances=True))], {"net_input": {
@@ -338,7 +339,8 @@ def test_truncated_batches_without_trees_are_parsed_as_their_kept_pieces(struct_
 
 def test_an_ensemble_gets_what_its_models_read_together(struct_bin, monkeypatch):
     task, model_cfg = load_task_and_model_config(struct_bin)
-    built(task, model_cfg, monkeypatch, TreeInputs(tree_distances=True), TreeInputs(depths=True, parent_anchor="mean"))
+    built(task, model_cfg, monkeypatch, TreeInputs(tree_distances=True),
+          TreeInputs(depths=True, parent_anchor="mean"))
     task.load_dataset("valid")
     dataset = task.dataset("valid")
     net = dataset.collater([dataset[i] for i in range(4)])["net_input"]
@@ -375,12 +377,11 @@ def test_loading_an_ensemble_of_two_parent_anchors_is_refused(dictionaries, tmp_
         routes.save(container, paths[-1])
     monkeypatch.setattr(translation_struct, "tree_inputs_of", lambda encoder: TreeInputs(
         parent_anchor="mean" if encoder.attention_cfg.max_structural_relative_position == 16 else "root"))
+    overrides = {"data": str(dictionaries)}
     for task in (routes.task, None):
         with pytest.raises(ValueError, match=rf"--pascal-anchor mean: {paths[0]}; --pascal-anchor root: {paths[1]}"):
-            checkpoint_utils.load_model_ensemble_and_task(paths, arg_overrides={"data": str(dictionaries)}, task=task,
-                                                          strict=False)
-    checkpoint_utils.load_model_ensemble_and_task([paths[0], paths[0]], arg_overrides={"data": str(dictionaries)},
-                                                  strict=False)
+            checkpoint_utils.load_model_ensemble_and_task(paths, arg_overrides=overrides, task=task, strict=False)
+    checkpoint_utils.load_model_ensemble_and_task([paths[0], paths[0]], arg_overrides=overrides, strict=False)
 
 
 def test_trees_that_do_not_match_the_text_are_refused(bpe_dir, tmp_path):

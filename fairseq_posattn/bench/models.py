@@ -82,7 +82,8 @@ ROWS = [
              baseline="shawkeys", by_default=False),
     BenchRow("shaw-explicit", "transformer_posattn", ["--relative-positions", "--encoder-attention-kernel",
                                                       "explicit"], by_default=False),
-    BenchRow("struct-explicit", "transformer_struct", ["--encoder-attention-kernel", "explicit"], by_default=False),
+    BenchRow("struct-explicit", "transformer_struct", ["--encoder-attention-kernel", "explicit"],
+             by_default=False),
     BenchRow("conv2d-triton", "transformer_posattn_conv2d", ["--encoder-attention-kernel", "triton"],
              by_default=False),
     # the candidates (fairseq_posattn.kernels.candidates): the 1d convolution's kernels; the hybrid with its

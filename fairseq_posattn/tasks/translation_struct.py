@@ -204,6 +204,7 @@ def refuse_mixed_anchors(models, filenames) -> None:
         if anchor is not None:
             anchors.setdefault(anchor, []).append(str(filename))
     if len(anchors) > 1:
-        listed = "; ".join(f"--pascal-anchor {anchor}: {', '.join(files)}" for anchor, files in sorted(anchors.items()))
+        listed = "; ".join(f"--pascal-anchor {anchor}: {', '.join(files)}"
+                           for anchor, files in sorted(anchors.items()))
         raise ValueError(f"the checkpoints of an ensemble must read the source's parent positions at one "
                          f"--pascal-anchor, and these differ ({listed}): decode with checkpoints of one anchor")
