@@ -27,6 +27,11 @@ _HINT_PIECES = ("pass piece_word_map() of the sentence's pieces as piece_words; 
                 "pieces must spell the tree's words")
 
 
+def _check_anchor(anchor: str) -> None:
+    if anchor not in PARENT_ANCHORS:
+        raise ValueError("anchor must be one of %s, got %r" % (PARENT_ANCHORS, anchor))
+
+
 @dataclass(frozen=True)
 class TreeInputs:
     """Which tree inputs an encoder reads, each a key of ``net_input`` laid
@@ -216,11 +221,6 @@ def batch_tree_inputs(trees: Sequence[np.ndarray], wanted: TreeInputs, rule: str
     if wanted.parent_anchor is not None:
         out["src_parent_positions"], _ = _parent_positions(decoded, wanted.parent_anchor, *layout)
     return {key: out[key] for key in wanted.keys()}
-
-
-def _check_anchor(anchor: str) -> None:
-    if anchor not in PARENT_ANCHORS:
-        raise ValueError("anchor must be one of %s, got %r" % (PARENT_ANCHORS, anchor))
 
 
 def _read(trees: Sequence[np.ndarray]):
