@@ -237,7 +237,7 @@ class Recorder:
 
 def test_the_collater_gives_a_model_what_it_reads_and_nothing_else(struct_bin, bpe_dir, monkeypatch):
     """A model that reads only the dependency distances gets only them, in the
-    splits loaded before it is built (fairseq-train's valid) and after (train)."""
+    splits loaded before it is built (as fairseq-train loads valid) and after it (as train)."""
     task, model_cfg = load_task_and_model_config(struct_bin)
     task.load_dataset("valid")
     built(task, model_cfg, monkeypatch, TreeInputs(tree_distances=True))
