@@ -217,16 +217,9 @@ def random_piece_tree(n_pieces: int, seed: int):
 def encoded_tree_inputs(trees, tree_inputs, left_pad: bool = True) -> dict:
     """The ``net_input`` tree tensors that ``tree_inputs`` (a ``TreeInputs``) names, of encoded ``trees``
     (their pieces and EOS), padded as fairseq pads the source (``left_pad``)."""
-    from fairseq_posattn.structure import (batch_encoded_parent_positions, batch_encoded_structure,
-                                           batch_encoded_tree_distances)
+    from fairseq_posattn.structure import batch_tree_inputs
 
-    depths, structural, _ = batch_encoded_structure(trees, left_pad=left_pad)
-    made = dict(src_depths=depths, src_structural_positions=structural,
-                src_tree_distances=batch_encoded_tree_distances(trees, left_pad=left_pad)[0])
-    if tree_inputs.parent_anchor is not None:
-        made["src_parent_positions"] = batch_encoded_parent_positions(trees, tree_inputs.parent_anchor,
-                                                                      left_pad=left_pad)[0]
-    return {key: made[key] for key in tree_inputs.keys()}
+    return batch_tree_inputs(trees, tree_inputs, left_pad=left_pad)
 
 
 def grouped_words(line: str, pattern: Optional[str] = None) -> str:

@@ -5,6 +5,7 @@ import functools
 import json
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 
@@ -12,6 +13,10 @@ from fairseq_posattn.bench import checkpoint as checkpoint_bench
 from fairseq_posattn.bench import collate, compiled, recurrent, verdict
 from fairseq_posattn.bench import models as bench
 from fairseq_posattn.bench.timing import Timer, per_repeat_ratios
+from fairseq_posattn.models.from_flags import stand_in_dictionary
+from fairseq_posattn.structure import (TreeInputs, batch_encoded_parent_positions, batch_piece_structure,
+                                       encode_piece_tree)
+from fairseq_posattn.structure.control_trees import random_projective_heads
 
 pytestmark = pytest.mark.slow  # command lines, recipes, training
 
@@ -103,6 +108,27 @@ def test_profile_reports_the_parts_of_a_hybrid(capsys):
     assert "part: encoder SAN layers" in bench.main(TINY + ["--profile", "struct"]).split("encoder without")[1]
 
 
+def test_a_row_gets_the_tree_inputs_its_encoder_reads_as_training_collates_them():
+    settings = bench.resolve_config(bench.get_parser().parse_args(TINY))
+    dictionary = stand_in_dictionary(settings.vocab)
+    struct, plain = (bench.Runner(bench.ROW_BY_LABEL[label], settings, dictionary, torch.device("cpu"))
+                     for label in ("struct", "P"))
+    assert plain.trees == {}
+    rng = np.random.default_rng(settings.seed)
+    heads = [np.asarray(random_projective_heads(n, rng)) for n in (struct.lengths - 1).tolist()]
+    width = struct.src.size(1)
+    depths, relative, _ = batch_piece_structure(heads, [np.arange(len(h)) for h in heads], left_pad=True,
+                                                width=width)
+    assert struct.trees.keys() == {"src_depths", "src_structural_positions"}
+    assert torch.equal(struct.trees["src_depths"], depths)
+    assert torch.equal(struct.trees["src_structural_positions"], relative)
+    reads_parents = SimpleNamespace(tree_inputs=TreeInputs(parent_anchor="mean"))
+    parents, _ = batch_encoded_parent_positions([encode_piece_tree(h, np.arange(len(h))) for h in heads],
+                                                left_pad=True, width=width)
+    trees = bench.make_trees(reads_parents, struct.lengths, width, settings.seed)
+    assert trees.keys() == {"src_parent_positions"} and torch.equal(trees["src_parent_positions"], parents)
+
+
 def test_unknown_row_is_refused():
     with pytest.raises(SystemExit, match="unknown --rows"):
         bench.run(bench.get_parser().parse_args(TINY + ["--rows", "nonsense"]))
@@ -134,7 +160,22 @@ def test_collate_bench_interleaves_the_collaters(capsys):
     assert len(fairseq_rates) == len(struct_rates) == 3
     assert result["ratios"] == pytest.approx([a / b for a, b in zip(struct_rates, fairseq_rates)])
     out = capsys.readouterr().out
-    assert "translation_struct / fairseq" in out and "bytes/sentence (torch.int8)" in out
+    assert "translation_struct (src_depths, src_structural_positions) / fairseq" in out
+    assert "bytes/sentence (torch.int8)" in out
+
+
+def test_collate_bench_times_what_each_model_reads_side_by_side(capsys):
+    result = collate.main(["--words", "8", "--batch", "4", "--batches", "2", "--seconds", "0.01", "--rounds", "2",
+                           "--reads", "src_depths,src_structural_positions", "--reads", "src_parent_positions"])
+    assert list(result["ratios_by_reads"]) == ["(src_depths, src_structural_positions)", "(src_parent_positions)"]
+    fairseq_rates, wang_rates, parent_rates = result["rates"].values()
+    assert result["ratios_by_reads"]["(src_parent_positions)"] == pytest.approx(
+        [a / b for a, b in zip(parent_rates, fairseq_rates)])
+    out = capsys.readouterr().out
+    assert "translation_struct (src_parent_positions) / (src_depths, src_structural_positions): " in out
+    assert "bytes/sentence (torch.float32)" in out
+    with pytest.raises(SystemExit):
+        collate.main(["--reads", "src_depths,src_heads"])
 
 
 def test_per_repeat_ratios():

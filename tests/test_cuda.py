@@ -45,7 +45,7 @@ def model_and_batch(label):
     torch.manual_seed(0)
     model = bench.build_model(row, settings, dictionary, ["--dropout", "0"])
     src, lengths, prev, tgt = bench.make_batch(settings, dictionary, torch.device("cpu"))
-    trees = bench.make_trees(lengths, src.size(1), settings.seed) if row.trees else {}
+    trees = bench.make_trees(model.encoder, lengths, src.size(1), settings.seed)
     return model, (src, lengths, prev, tgt), trees
 
 

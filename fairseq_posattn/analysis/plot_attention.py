@@ -128,7 +128,7 @@ def plot(args) -> np.ndarray:
     if args.conllu:  # its trees are those of every line
         runner.add_trees(sentences)
     sentence = sentences[args.line - 1]
-    if args.parser or (runner.uses_trees and sentence.tree is None):
+    if args.parser or (runner.tree_inputs and sentence.tree is None):
         runner.add_trees([sentence])
     maps = sentence_attention(runner, sentence).numpy()
     if not 1 <= args.layer <= len(maps):

@@ -26,9 +26,11 @@ from ..structure import (
     SCHEMES,
     SUBWORD_MODELS,
     DependencyTree,
-    batch_trees_of_pieces,
+    batch_tree_inputs,
+    encode_piece_tree,
     piece_word_map,
     read_conllu,
+    tree_inputs_of,
     words_from_pieces,
 )
 
@@ -116,8 +118,7 @@ class CheckpointEncoder:
         self.scheme = getattr(task.cfg, "subword_scheme", None) or args.subword_scheme or (
             "sentencepiece" if args.bpe == "sentencepiece" else "subword_nmt"
         )
-        attention_cfg = getattr(self.encoder, "attention_cfg", None)
-        self.uses_trees = attention_cfg is not None and attention_cfg.uses_structure()
+        self.tree_inputs = tree_inputs_of(self.encoder)  # what the encoder reads of the trees, if any
 
     @staticmethod
     def _build_bpe(args):
@@ -135,7 +136,7 @@ class CheckpointEncoder:
         """:meth:`sentences` of all lines with their trees when the options
         give trees, or the encoder needs them (then it is an error not to)."""
         sentences = self.sentences(lines, source)
-        if self.args.conllu or self.args.parser or self.uses_trees:
+        if self.args.conllu or self.args.parser or self.tree_inputs:
             self.add_trees(sentences)
         return sentences
 
@@ -200,17 +201,15 @@ class CheckpointEncoder:
             "src_tokens": tokens,
             "src_lengths": torch.tensor([len(s.tokens) for s in sentences]),
         }
-        if self.uses_trees:
+        if self.tree_inputs:
             if any(s.tree is None for s in sentences):
                 raise ValueError("the encoder uses dependency trees: add_trees() first")
-            depths, relative = batch_trees_of_pieces(
-                [s.pieces for s in sentences], self.scheme,
-                lambda words: [s.tree.heads for s in sentences],  # none is empty
+            net.update(batch_tree_inputs(
+                [encode_piece_tree(s.tree.heads, s.piece_words) for s in sentences], self.tree_inputs,
                 rule=getattr(self.task.cfg, "structural_relative_rule", "figure"),
                 left_pad=self.left_pad,
                 width=tokens.size(1),
-            )
-            net.update(src_depths=depths, src_structural_positions=relative)
+            ))
         return {name: value.to(self.device) for name, value in net.items()}
 
     @torch.no_grad()

@@ -2,13 +2,16 @@
 
     fairseq-posattn-bench-collate                 # T~30 pieces, B=100, 1 thread, 7 rounds
     fairseq-posattn-bench-collate --words 50 --batch 64 --max-pieces 48
+    fairseq-posattn-bench-collate --reads src_depths,src_structural_positions --reads src_parent_positions
 
 On random projective trees of about ``--words`` words (1-3 pieces a word), one
 thread: sentences per second of ``batch_piece_structure`` alone, and of
 fairseq's ``LanguagePairDataset`` collater against the whole
-``TreeLanguagePairDataset`` one, interleaved in ``--rounds`` rounds (the
-ratio's median and range over rounds); and the bytes per sentence of the
-batch's structure tensors against int64's.
+``TreeLanguagePairDataset`` one for each ``--reads`` (the tree inputs a model
+reads; default Wang et al.'s two), interleaved in ``--rounds`` rounds (the
+ratios' medians and ranges over rounds, against fairseq's and against the
+first ``--reads``); and the bytes per sentence of the batch's tree tensors
+against int64's.
 """
 
 import argparse
@@ -17,7 +20,7 @@ import time
 import numpy as np
 import torch
 
-from ..structure import batch_piece_structure, encode_piece_tree
+from ..structure import WANG_TREE_INPUTS, TreeInputs, batch_piece_structure, encode_piece_tree
 from ..structure.control_trees import random_projective_heads
 from .timing import console_script, per_repeat_ratios
 
@@ -38,8 +41,20 @@ def sentences_per_second(step, batches, batch_size, seconds) -> float:
     return done * batch_size / (time.perf_counter() - start)
 
 
-def collaters(batches, vocab_size=1000):
-    """fairseq's dataset and ours over the same sentences (random tokens), each with its batches' items."""
+def tree_inputs_named(keys: str) -> TreeInputs:
+    """The tree inputs of comma-separated ``net_input`` keys (parent positions at the anchor ``mean``)."""
+    every = TreeInputs(True, True, True, "mean")
+    named = set(keys.split(","))
+    unknown = named - set(every.keys())
+    if unknown:
+        raise argparse.ArgumentTypeError("%s: not one of %s" % (", ".join(sorted(unknown)), ", ".join(every.keys())))
+    return TreeInputs(*(key in named for key in every.keys()[:3]),
+                      "mean" if "src_parent_positions" in named else None)
+
+
+def collaters(batches, reads=(WANG_TREE_INPUTS,), vocab_size=1000):
+    """fairseq's dataset and ours for each of ``reads`` over the same sentences
+    (random tokens), each with its batches' items."""
     from fairseq.data import LanguagePairDataset
 
     from ..data.tree_dataset import TreeLanguagePairDataset
@@ -52,11 +67,13 @@ def collaters(batches, vocab_size=1000):
                          torch.tensor([vocab.eos()])]) for w in words]
     sizes = np.array([len(t) for t in tokens])
     pairs = LanguagePairDataset(tokens, sizes, vocab, tokens, sizes, vocab)
-    trees = TreeLanguagePairDataset(pairs, [encode_piece_tree(h, w) for h, w in zip(heads, words)])
+    encoded = [encode_piece_tree(h, w) for h, w in zip(heads, words)]
+    datasets = [("fairseq LanguagePairDataset.collater", pairs)] + [
+        ("TreeLanguagePairDataset.collater " + _label(wanted),
+         TreeLanguagePairDataset(pairs, encoded, wanted=lambda wanted=wanted: wanted)) for wanted in reads]
     starts = range(0, len(tokens), len(batches[0][0]))
     return {name: (dataset, [[dataset[i] for i in range(start, start + len(batches[0][0]))] for start in starts])
-            for name, dataset in (("fairseq LanguagePairDataset.collater", pairs),
-                                  ("TreeLanguagePairDataset.collater", trees))}
+            for name, dataset in datasets}
 
 
 def main(argv=None) -> dict:
@@ -71,6 +88,10 @@ def main(argv=None) -> dict:
                         "ratio of a round is measured under one machine load)")
     p.add_argument("--max-pieces", type=int, default=None)
     p.add_argument("--rule", default="figure", choices=["figure", "text"])
+    p.add_argument("--reads", type=tree_inputs_named, action="append", metavar="KEYS",
+                   help="comma-separated net_input keys of the tree inputs one collater gives (src_depths, "
+                        "src_structural_positions, src_tree_distances, src_parent_positions); repeat it to "
+                        "time several side by side (default: src_depths,src_structural_positions)")
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args(argv)
     torch.set_num_threads(1)
@@ -86,28 +107,40 @@ def main(argv=None) -> dict:
         batches, args.batch, args.seconds)
     print("batch_piece_structure: %.0f sentences/s (%.1f pieces/sentence, batch %d, 1 thread)"
           % (rate, pieces, args.batch))
-    datasets = collaters(batches)
+    reads = args.reads or [WANG_TREE_INPUTS]
+    datasets = collaters(batches, reads)
     rates = {name: [] for name in datasets}
     for _ in range(args.rounds):
         for name, (dataset, items) in datasets.items():
             rates[name].append(sentences_per_second(dataset.collater, items, args.batch, args.seconds))
     for name, measured in rates.items():
         print("%s: %.0f sentences/s (median of %d rounds)" % (name, np.median(measured), args.rounds))
-    fairseq_rates, struct_rates = rates.values()
-    ratios = per_repeat_ratios(struct_rates, fairseq_rates, digits=None)
-    print("translation_struct / fairseq: %.2f (per round %.2f-%.2f)"
-          % (np.median(ratios), min(ratios), max(ratios)))
-    dataset, items = datasets["TreeLanguagePairDataset.collater"]
-    print(structure_bytes(dataset, items))
-    return {"rates": rates, "ratios": ratios}
+    labels = [_label(wanted) for wanted in reads]
+    fairseq_rates, *struct_rates = rates.values()
+    ratios = {label: per_repeat_ratios(r, fairseq_rates, digits=None) for label, r in zip(labels, struct_rates)}
+    for k, (label, (dataset, items)) in enumerate(zip(labels, list(datasets.values())[1:])):
+        print("translation_struct %s / fairseq: %s" % (label, _median_and_range(ratios[label])))
+        if k:  # against the first --reads, round by round
+            print("translation_struct %s / %s: %s" % (label, labels[0], _median_and_range(
+                per_repeat_ratios(struct_rates[k], struct_rates[0], digits=None))))
+        print(structure_bytes(dataset, items))
+    return {"rates": rates, "ratios": ratios[labels[0]], "ratios_by_reads": ratios}
+
+
+def _label(wanted: TreeInputs) -> str:
+    return "(%s)" % ", ".join(wanted.keys())
+
+
+def _median_and_range(ratios) -> str:
+    return "%.2f (per round %.2f-%.2f)" % (np.median(ratios), min(ratios), max(ratios))
 
 
 def structure_bytes(dataset, items) -> str:
-    """Bytes per sentence of the structure tensors of the collated batches, and as int64."""
+    """Bytes per sentence of the tree tensors of the collated batches, and as int64."""
     stored = as_int64 = sentences = 0
     dtypes = set()
     for batch in map(dataset.collater, items):
-        for key in ("src_depths", "src_structural_positions"):
+        for key in dataset.wanted().keys():
             tensor = batch["net_input"][key]
             stored += tensor.numel() * tensor.element_size()
             as_int64 += tensor.numel() * 8

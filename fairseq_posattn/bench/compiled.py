@@ -62,16 +62,17 @@ class StreamRow:
 
 
 def encoder_row(label: str, settings, shapes) -> StreamRow:
-    """A model's encoder on left-padded batches (trees for the struct row)."""
+    """A model's encoder on left-padded batches, with the tree inputs it reads."""
     row = ROW_BY_LABEL[label]
     dictionary = stand_in_dictionary(settings.vocab)
     torch.manual_seed(settings.seed)
+    encoder = build_model(row, settings, dictionary).encoder
     inputs = []
     for i, (b, t) in enumerate(shapes):
         src, lengths, _, _ = make_batch(SimpleNamespace(batch=b, length=t, seed=settings.seed + i),
                                         dictionary, torch.device("cpu"))
-        inputs.append(((src, lengths), make_trees(lengths, t, settings.seed + i) if row.trees else {}))
-    return StreamRow(build_model(row, settings, dictionary).encoder, inputs, lambda out: out["encoder_out"][0])
+        inputs.append(((src, lengths), make_trees(encoder, lengths, t, settings.seed + i)))
+    return StreamRow(encoder, inputs, lambda out: out["encoder_out"][0])
 
 
 def onlstm_row(settings, shapes) -> StreamRow:

@@ -33,7 +33,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 from ..models.from_flags import build_model_from_flags, stand_in_dictionary
 from ..kernels.candidates import onlstm_cuda_graphs
 from ..modules import candidates
-from ..structure import batch_trees_of_pieces
+from ..structure import batch_tree_inputs, encode_piece_tree, tree_inputs_of
 from ..structure.control_trees import random_projective_heads
 from .timing import (PHASES, TIME_COLUMNS, Timer, add_precision_arguments, add_timing_arguments, console_script,
                      finish, first_calls, interleaved, per_repeat_ratios, phase_figures, synchronize, time_cells)
@@ -45,7 +45,6 @@ class BenchRow:
     label: str
     arch: str
     flags: List[str] = field(default_factory=list)
-    trees: bool = False  # the model reads dependency trees (translation_struct inputs)
     recurrent: bool = False  # K = --layers recurrent layers before the --layers SAN layers
     deep_encoder: bool = False  # a SAN encoder of 2 x --layers (the hybrids' depth)
     baseline: str = "stock"  # the row its ratios are taken against
@@ -64,12 +63,12 @@ ROWS = [
     BenchRow("conv2d", "transformer_posattn_conv2d"),
     BenchRow("shaw", "transformer_posattn", ["--relative-positions"]),
     BenchRow("bilan", "transformer_posattn", ["--query-relative-positions"]),
-    BenchRow("struct", "transformer_struct", trees=True),
+    BenchRow("struct", "transformer_struct"),
     BenchRow("rope", "transformer_rope"),
     BenchRow("alibi", "transformer_alibi"),
     BenchRow("t5", "transformer_t5bias"),
-    BenchRow("pascal", "transformer_pascal", trees=True),
-    BenchRow("depdist", "transformer_depdist", trees=True),
+    BenchRow("pascal", "transformer_pascal"),
+    BenchRow("depdist", "transformer_depdist"),
     BenchRow("stock-deep", "transformer", deep_encoder=True),
     BenchRow("onlstm-san", "onlstm_san_transformer", recurrent=True, baseline="stock-deep"),
     BenchRow("lstm-san", "onlstm_san_transformer", ["--encoder-recurrent-cell", "lstm"],
@@ -88,7 +87,7 @@ ROWS = [
              baseline="shawkeys", by_default=False),
     BenchRow("shaw-explicit", "transformer_posattn", ["--relative-positions", "--encoder-attention-kernel",
                                                       "explicit"], by_default=False),
-    BenchRow("struct-explicit", "transformer_struct", ["--encoder-attention-kernel", "explicit"], trees=True,
+    BenchRow("struct-explicit", "transformer_struct", ["--encoder-attention-kernel", "explicit"],
              by_default=False),
     BenchRow("conv2d-triton", "transformer_posattn_conv2d", ["--encoder-attention-kernel", "triton"],
              by_default=False),
@@ -144,15 +143,17 @@ def make_batch(settings, dictionary, device):
     return tuple(t.to(device) for t in (src, lengths, prev, tgt))
 
 
-def make_trees(lengths, width, seed):
-    """Random projective dependency trees for left-padded sources (one word
-    per piece), as ``translation_struct`` collates them."""
+def make_trees(encoder, lengths, width, seed):
+    """The tree inputs that ``encoder`` reads (none for most rows), as
+    ``translation_struct`` collates them, of random projective dependency
+    trees of left-padded sources (one word per piece)."""
+    wanted = tree_inputs_of(encoder)
+    if not wanted:
+        return {}
     rng = np.random.default_rng(seed)
-    pieces = [["w"] * n for n in (lengths - 1).tolist()]  # words before EOS
-    depths, relative = batch_trees_of_pieces(
-        pieces, "none", lambda words: [random_projective_heads(len(w), rng) for w in words],
-        left_pad=True, width=width)
-    return {"src_depths": depths, "src_structural_positions": relative}
+    trees = [encode_piece_tree(random_projective_heads(n, rng) if n else [], np.arange(n))
+             for n in (lengths - 1).tolist()]  # words before EOS
+    return batch_tree_inputs(trees, wanted, left_pad=True, width=width)
 
 
 class Runner:
@@ -170,10 +171,8 @@ class Runner:
             self.master = [p.detach().float().requires_grad_() for p in self.model.parameters()]
         self.optimizer = torch.optim.Adam(self.master or self.model.parameters(), lr=1e-4)
         self.src, self.lengths, self.prev, self.tgt = make_batch(settings, dictionary, device)
-        self.trees = {}
-        if row.trees:
-            trees = make_trees(self.lengths.cpu(), self.src.size(1), settings.seed)
-            self.trees = {k: v.to(device) for k, v in trees.items()}
+        trees = make_trees(self.model.encoder, self.lengths.cpu(), self.src.size(1), settings.seed)
+        self.trees = {k: v.to(device) for k, v in trees.items()}
         self.generator = SequenceGenerator(
             [self.model], dictionary, beam_size=4, max_len_a=0,
             max_len_b=settings.decode_steps, min_len=settings.decode_steps,

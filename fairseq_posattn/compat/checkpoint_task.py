@@ -10,7 +10,10 @@ tasks' input options against the checkpoint it resumes
 (:func:`fairseq_posattn.tasks.input_options.resolve_for_training`), and
 ``load_model_ensemble_and_task``, so that a ``task`` override naming another
 task than the checkpoint's is refused, naming both
-(:func:`fairseq_posattn.tasks.input_options.refuse_another_task`).
+(:func:`fairseq_posattn.tasks.input_options.refuse_another_task`), and an
+ensemble whose models read the source's trees in ways one batch cannot hold
+together is refused naming the checkpoints
+(:func:`fairseq_posattn.tasks.translation_struct.refuse_mixed_anchors`).
 """
 
 import functools
@@ -43,15 +46,17 @@ def _resolving_training_options(setup_task):
     return wrapper
 
 
-def _refusing_another_task(load_model_ensemble_and_task):
+def _checking_the_ensemble(load_model_ensemble_and_task):
     @functools.wraps(load_model_ensemble_and_task)
     def wrapper(filenames, arg_overrides=None, *args, **kwargs):
         from ..tasks.input_options import refuse_another_task
+        from ..tasks.translation_struct import refuse_mixed_anchors
 
         ensemble, cfg, task = load_model_ensemble_and_task(filenames, arg_overrides, *args,
                                                            **kwargs)
         refuse_another_task((arg_overrides or {}).get("task"),
                             getattr(getattr(cfg, "task", None), "_name", None), filenames)
+        refuse_mixed_anchors(ensemble, filenames)
         return ensemble, cfg, task
 
     return wrapper
@@ -61,4 +66,4 @@ def install() -> None:
     from fairseq import checkpoint_utils, tasks
 
     wrap_once(tasks, "setup_task", _resolving_training_options)
-    wrap_once(checkpoint_utils, "load_model_ensemble_and_task", _refusing_another_task)
+    wrap_once(checkpoint_utils, "load_model_ensemble_and_task", _checking_the_ensemble)

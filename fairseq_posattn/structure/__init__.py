@@ -8,8 +8,9 @@ and PASCAL's parent positions (Bugliarello & Okazaki 2020) over pieces.
 Depends on numpy, torch and ``conllu`` only (not on fairseq).
 """
 
-from .batch import (TreeInputs, batch_encoded_parent_positions, batch_encoded_structure, batch_encoded_tree_distances,
-                    batch_piece_structure, batch_trees_of_pieces)
+from .batch import (WANG_TREE_INPUTS, TreeInputs, batch_encoded_parent_positions, batch_encoded_structure,
+                    batch_encoded_tree_distances, batch_piece_structure, batch_tree_inputs, batch_trees_of_pieces,
+                    tree_inputs_of)
 from .conllu_io import read_conllu, write_conllu
 from .control_trees import CONTROL_TREES
 from ..errors import StructureError
@@ -31,9 +32,10 @@ from .tree import (
 
 __all__ = [
     "CONTROL_TREES", "PARENT_ANCHORS", "RULES", "SCHEMES", "SUBWORD_MODELS", "DependencyTree", "StructureError",
-    "TreeInputs",
+    "TreeInputs", "WANG_TREE_INPUTS",
     "batch_encoded_parent_positions", "batch_encoded_structure", "batch_encoded_tree_distances", "batch_piece_structure",
-    "batch_trees_of_pieces", "check_tree", "collapse_multiword_tokens", "decode_piece_tree", "encode_piece_tree",
-    "piece_parent_positions", "piece_structure", "piece_tree_distances", "piece_word_map", "read_conllu",
-    "relative_structural_positions", "segment_pieces", "tree_depths", "tree_distances", "words_from_pieces", "write_conllu",
+    "batch_tree_inputs", "batch_trees_of_pieces", "check_tree", "collapse_multiword_tokens", "decode_piece_tree",
+    "encode_piece_tree", "piece_parent_positions", "piece_structure", "piece_tree_distances", "piece_word_map",
+    "read_conllu", "relative_structural_positions", "segment_pieces", "tree_depths", "tree_distances",
+    "tree_inputs_of", "words_from_pieces", "write_conllu",
 ]

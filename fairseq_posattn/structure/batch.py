@@ -6,23 +6,30 @@ padded like fairseq's source tokens; likewise the dependency distances and
 PASCAL's parent positions (Bugliarello & Okazaki 2020, Sec. 3) of
 :func:`~fairseq_posattn.structure.tree.piece_tree_distances` and
 :func:`~fairseq_posattn.structure.tree.piece_parent_positions`.
+:func:`batch_tree_inputs` computes those of them that an encoder reads
+(:class:`TreeInputs`), for every route that makes batches.
 ``tests/test_structure.py`` checks every
 sentence against the definition, so a rule changed in ``tree.py`` fails until
 it is changed here too (docs/structure.md).
 """
 
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 
 from ..errors import fail
-from .pieces import segment_pieces
+from .pieces import encode_piece_tree, segment_pieces
 from .tree import _HINT_CYCLE, _HINT_HEADS, PARENT_ANCHORS, _check_rule
 
 _HINT_PIECES = ("pass piece_word_map() of the sentence's pieces as piece_words; those "
                 "pieces must spell the tree's words")
+
+
+def _check_anchor(anchor: str) -> None:
+    if anchor not in PARENT_ANCHORS:
+        raise ValueError("anchor must be one of %s, got %r" % (PARENT_ANCHORS, anchor))
 
 
 @dataclass(frozen=True)
@@ -38,6 +45,10 @@ class TreeInputs:
     tree_distances: bool = False
     parent_anchor: Optional[str] = None
 
+    def __post_init__(self):
+        if self.parent_anchor is not None:
+            _check_anchor(self.parent_anchor)
+
     def keys(self) -> Tuple[str, ...]:
         """The ``net_input`` keys of the inputs read."""
         return tuple(key for key, read in (
@@ -47,6 +58,29 @@ class TreeInputs:
 
     def __bool__(self) -> bool:
         return bool(self.keys())
+
+    def __or__(self, other: "TreeInputs") -> "TreeInputs":
+        """The inputs of both (an ensemble's); a batch holds the parent positions of one anchor only."""
+        anchors = {self.parent_anchor, other.parent_anchor} - {None}
+        if len(anchors) > 1:
+            raise ValueError("one batch cannot hold the parent positions of two anchors (%s)"
+                             % " and ".join(sorted(anchors)))
+        return TreeInputs(self.depths or other.depths, self.structural_positions or other.structural_positions,
+                          self.tree_distances or other.tree_distances, self.parent_anchor or other.parent_anchor)
+
+
+# Wang et al. 2019's two inputs: what a tree-reading encoder without ``tree_inputs`` reads
+WANG_TREE_INPUTS = TreeInputs(depths=True, structural_positions=True)
+
+
+def tree_inputs_of(encoder) -> TreeInputs:
+    """The tree inputs ``encoder`` reads: its ``tree_inputs``; without them (an
+    encoder of another plugin or of fairseq), :data:`WANG_TREE_INPUTS` if its
+    ``reads_trees``, else none."""
+    inputs = getattr(encoder, "tree_inputs", None)
+    if inputs is not None:
+        return inputs
+    return WANG_TREE_INPUTS if getattr(encoder, "reads_trees", False) else TreeInputs()
 
 
 def _check_options(rule: str, max_pieces: Optional[int]) -> None:
@@ -126,8 +160,8 @@ def batch_piece_structure(heads: Sequence[np.ndarray], piece_words: Sequence[np.
     n_pieces, flat_pw, piece_pos = _ragged(piece_words, "piece_words")
     _check_heads(n_words, flat_heads, word_pos)
     _check_pieces(n_words, n_pieces, flat_pw, piece_pos)
-    return _structure(n_words, flat_heads, word_pos, n_pieces, flat_pw, piece_pos, rule,
-                      append_eos, max_pieces, left_pad, width)
+    return _structure((n_words, flat_heads, word_pos, n_pieces, flat_pw, piece_pos),
+                      _walk(n_words, flat_heads, word_pos), rule, append_eos, max_pieces, left_pad, width)
 
 
 def batch_encoded_structure(trees: Sequence[np.ndarray], rule: str = "figure",
@@ -136,7 +170,7 @@ def batch_encoded_structure(trees: Sequence[np.ndarray], rule: str = "figure",
                             ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """:func:`batch_piece_structure` of trees encoded by :func:`.pieces.encode_piece_tree` (the tree files')."""
     _check_options(rule, max_pieces)
-    return _structure(*_decoded(trees), rule, append_eos, max_pieces, left_pad, width)
+    return _structure(*_read(trees), rule, append_eos, max_pieces, left_pad, width)
 
 
 def batch_encoded_tree_distances(trees: Sequence[np.ndarray], append_eos: bool = True,
@@ -147,8 +181,58 @@ def batch_encoded_tree_distances(trees: Sequence[np.ndarray], append_eos: bool =
     :func:`batch_encoded_structure`'s ``rel``: ``distance [B, L, L]`` in the
     smallest signed integer type that holds it, padding 0, and int64 ``lengths [B]``."""
     _check_options("figure", max_pieces)
-    n_words, flat_heads, word_pos, n_pieces, flat_pw, piece_pos = _decoded(trees)
-    B, W, walked_by_step, ancestors_by_step = _walk(n_words, flat_heads, word_pos)
+    return _tree_distances(*_read(trees), append_eos, max_pieces, left_pad, width)
+
+
+def batch_encoded_parent_positions(trees: Sequence[np.ndarray], anchor: str = "mean", append_eos: bool = True,
+                                   max_pieces: Optional[int] = None, left_pad: bool = False,
+                                   width: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    """:func:`~fairseq_posattn.structure.tree.piece_parent_positions` of each
+    of the encoded ``trees``, padded like :func:`batch_encoded_structure`'s
+    ``depth``: float32 ``parents [B, L]`` (positions within the sentence, not
+    columns: left padding shifts the cells, not the values), padding 0, and
+    int64 ``lengths [B]``."""
+    _check_options("figure", max_pieces)
+    _check_anchor(anchor)
+    decoded, _ = _read(trees)  # the walk refuses cycles
+    return _parent_positions(decoded, anchor, append_eos, max_pieces, left_pad, width)
+
+
+def batch_tree_inputs(trees: Sequence[np.ndarray], wanted: TreeInputs, rule: str = "figure",
+                      append_eos: bool = True, max_pieces: Optional[int] = None, left_pad: bool = False,
+                      width: Optional[int] = None) -> Dict[str, torch.Tensor]:
+    """The ``net_input`` tensors that ``wanted`` names (exactly ``wanted.keys()``)
+    of the encoded ``trees`` (:func:`.pieces.encode_piece_tree`), each laid out
+    as :func:`batch_encoded_structure`, :func:`batch_encoded_tree_distances` or
+    :func:`batch_encoded_parent_positions` lays it out.  The trees are decoded
+    and checked once, and only what is wanted is computed (no ``[B, L, L]``
+    tensor for an encoder that reads none); nothing is wanted, nothing is read."""
+    _check_options(rule, max_pieces)
+    if not wanted:
+        return {}
+    decoded, walk = _read(trees)
+    layout = (append_eos, max_pieces, left_pad, width)
+    out = {}
+    if wanted.depths or wanted.structural_positions:
+        out["src_depths"], out["src_structural_positions"], _ = _structure(
+            decoded, walk, rule, *layout, relative=wanted.structural_positions)
+    if wanted.tree_distances:
+        out["src_tree_distances"], _ = _tree_distances(decoded, walk, *layout)
+    if wanted.parent_anchor is not None:
+        out["src_parent_positions"], _ = _parent_positions(decoded, wanted.parent_anchor, *layout)
+    return {key: out[key] for key in wanted.keys()}
+
+
+def _read(trees: Sequence[np.ndarray]):
+    """(:func:`_decoded`, :func:`_walk`) of encoded trees: checked, cycles refused."""
+    decoded = _decoded(trees)
+    return decoded, _walk(*decoded[:3])
+
+
+def _tree_distances(decoded, walk, append_eos, max_pieces, left_pad, width):
+    """:func:`batch_encoded_tree_distances` of decoded trees and their walk."""
+    _, _, _, n_pieces, flat_pw, piece_pos = decoded
+    B, W, walked_by_step, ancestors_by_step = walk
     W2 = W + 2
     walked, ancestors = (np.concatenate(a) if a else np.zeros(0, dtype=np.int64)
                          for a in (walked_by_step, ancestors_by_step))
@@ -181,19 +265,9 @@ def batch_encoded_tree_distances(trees: Sequence[np.ndarray], append_eos: bool =
     return torch.from_numpy(columns.take(word_rows, axis=0).reshape(B, L, L)), torch.from_numpy(lengths)
 
 
-def batch_encoded_parent_positions(trees: Sequence[np.ndarray], anchor: str = "mean", append_eos: bool = True,
-                                   max_pieces: Optional[int] = None, left_pad: bool = False,
-                                   width: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor]:
-    """:func:`~fairseq_posattn.structure.tree.piece_parent_positions` of each
-    of the encoded ``trees``, padded like :func:`batch_encoded_structure`'s
-    ``depth``: float32 ``parents [B, L]`` (positions within the sentence, not
-    columns: left padding shifts the cells, not the values), padding 0, and
-    int64 ``lengths [B]``."""
-    _check_options("figure", max_pieces)
-    if anchor not in PARENT_ANCHORS:
-        raise ValueError("anchor must be one of %s, got %r" % (PARENT_ANCHORS, anchor))
-    n_words, flat_heads, word_pos, n_pieces, flat_pw, piece_pos = _decoded(trees)
-    _walk(n_words, flat_heads, word_pos)  # refuses cycles
+def _parent_positions(decoded, anchor, append_eos, max_pieces, left_pad, width):
+    """:func:`batch_encoded_parent_positions` of decoded trees (walked: no cycle)."""
+    n_words, flat_heads, word_pos, n_pieces, flat_pw, piece_pos = decoded
     words_before = np.cumsum(n_words) - n_words
     word_of_piece = flat_pw + np.repeat(words_before, n_pieces)  # batch-wide word ids
     first = np.zeros(len(flat_heads), dtype=np.int64)
@@ -289,16 +363,23 @@ def _word_rows(W, n_pieces, flat_pw, piece_pos, max_pieces, append_eos, left_pad
     return L, lengths, (np.arange(B)[:, None] * (W + 2) + word.reshape(B, L)).reshape(-1)
 
 
-def _structure(n_words, flat_heads, word_pos, n_pieces, flat_pw, piece_pos, rule, append_eos,
-               max_pieces, left_pad, width):
-    """The batch's structure from checked, concatenated heads and piece maps."""
-    B, W, walked_by_step, ancestors_by_step = _walk(n_words, flat_heads, word_pos)
+def _structure(decoded, walk, rule, append_eos, max_pieces, left_pad, width, relative=True):
+    """The batch's depths, relative structural positions (None unless ``relative``)
+    and lengths from checked, concatenated heads and piece maps and their walk."""
+    n_words, _, _, n_pieces, flat_pw, piece_pos = decoded
+    B, W, walked_by_step, ancestors_by_step = walk
     W2 = W + 2
     walked, ancestors = (np.concatenate(a) if a else np.zeros(0, dtype=np.int64)
                          for a in (walked_by_step, ancestors_by_step))
     # a word climbs as many steps as it is deep
     depth = np.bincount(walked, minlength=B * W2).reshape(B, W2)
     depth[:, W] = depth.max(1) + (n_words > 0)  # EOS; padding and the unused words are at 0
+    # Piece level: gathers from words (EOS -> word W, padding -> W + 1).
+    L, lengths, word_rows = _word_rows(W, n_pieces, flat_pw, piece_pos, max_pieces, append_eos,
+                                       left_pad, width)
+    depths = depth.astype(smallest_int_type(W)).reshape(-1).take(word_rows).reshape(B, L)
+    if not relative:
+        return torch.from_numpy(depths), None, torch.from_numpy(lengths)
 
     # Eq. 6 between words, in the output's type (|rel| <= d_k + d_q <= 2 W:
     # EOS is at most W deep); the sign is that of the word indices, which
@@ -327,9 +408,6 @@ def _structure(n_words, flat_heads, word_pos, n_pieces, flat_pw, piece_pos, rule
     rel_words[:, W + 1, :] = 0
     rel_words[:, :, W + 1] = 0
 
-    # Piece level: gathers from words (EOS -> word W, padding -> W + 1).
-    L, lengths, word_rows = _word_rows(W, n_pieces, flat_pw, piece_pos, max_pieces, append_eos,
-                                       left_pad, width)
     # the rows of the pieces' words, then their columns: as rel_words is
     # antisymmetric, [b, q, word_j] is -[b, word_j, q], so the columns are
     # the negated transpose of the rows (two row copies and a transpose are
@@ -337,7 +415,6 @@ def _structure(n_words, flat_heads, word_pos, n_pieces, flat_pw, piece_pos, rule
     rows = rel_words.reshape(B * W2, W2).take(word_rows, axis=0).reshape(B, L, W2)
     columns = np.negative(rows.transpose(0, 2, 1), out=np.empty((B, W2, L), dtype=small))
     rel = torch.from_numpy(columns.reshape(B * W2, L).take(word_rows, axis=0).reshape(B, L, L))
-    depths = depth.astype(smallest_int_type(W)).reshape(-1).take(word_rows).reshape(B, L)
     return torch.from_numpy(depths), rel, torch.from_numpy(lengths)
 
 
@@ -350,12 +427,13 @@ def smallest_int_type(largest: int) -> np.dtype:
 
 
 def batch_trees_of_pieces(pieces: Sequence[Sequence[str]], scheme: str,
-                          parse: Callable[[List[List[str]]], Sequence[Sequence[int]]],
+                          parse: Callable[[List[List[str]]], Sequence[Sequence[int]]], wanted: TreeInputs,
                           rule: str = "figure", left_pad: bool = False,
-                          width: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Raw pieces (without EOS) -> words (``scheme``) -> trees -> :func:`batch_piece_structure`'s
-    ``depth`` and ``rel`` with EOS.  ``parse`` is called once with the word lists of
-    the sentences that have words and returns each one's 1-based heads."""
+                          width: Optional[int] = None) -> Dict[str, torch.Tensor]:
+    """Raw pieces (without EOS) -> words (``scheme``) -> trees -> the tree
+    files' encoding -> :func:`batch_tree_inputs` with EOS, the collater's path.
+    ``parse`` is called once with the word lists of the sentences that have
+    words and returns each one's 1-based heads."""
     segmented = [segment_pieces(p, scheme) for p in pieces]  # (piece_words, words)
     words = [w for _, w in segmented]
     heads = [np.zeros(0, dtype=np.int64)] * len(words)
@@ -363,6 +441,5 @@ def batch_trees_of_pieces(pieces: Sequence[Sequence[str]], scheme: str,
     if to_parse:
         for b, h in zip(to_parse, parse([words[b] for b in to_parse])):
             heads[b] = np.asarray(h, dtype=np.int64)
-    depth, rel, _ = batch_piece_structure(heads, [m for m, _ in segmented], rule=rule,
-                                          left_pad=left_pad, width=width)
-    return depth, rel
+    encoded = [encode_piece_tree(h, piece_words) for h, (piece_words, _) in zip(heads, segmented)]
+    return batch_tree_inputs(encoded, wanted, rule=rule, left_pad=left_pad, width=width)

@@ -6,17 +6,21 @@ against it, and the split's files against the checksums of the data-bin,
 when a split is loaded; ``fairseq-interactive``, whose batches hold only
 subword pieces, parses the words of each line with ``--parser``
 (:meth:`TranslationStructTask.inference_step`).  Either way the encoder
-receives ``src_depths`` and ``src_structural_positions`` in ``net_input``.
-Its own options act on the trees: given to a model that reads none, they
-are refused when the model is built.
+receives in ``net_input`` the tree inputs it reads, and only those
+(:class:`~fairseq_posattn.structure.TreeInputs`: ``src_depths``,
+``src_structural_positions``, ``src_tree_distances``, ``src_parent_positions``),
+built by :func:`~fairseq_posattn.structure.batch_tree_inputs`; an ensemble
+receives what its models read together.  Its own options act on the trees:
+given to a model that reads none, they are refused when the model is built.
 """
 
 import functools
 import inspect
 import logging
+import operator
 import os
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Iterable, List, Optional
 
 from fairseq import utils
 from fairseq.dataclass import ChoiceEnum
@@ -30,7 +34,7 @@ from ..data.parsers import PARSER_HELP, PARSERS, build_parser
 from ..data.tree_dataset import TreeLanguagePairDataset
 from ..data.tree_files import load_trees
 from ..modules.options import TREES
-from ..structure import SCHEMES, batch_trees_of_pieces
+from ..structure import SCHEMES, WANG_TREE_INPUTS, TreeInputs, batch_trees_of_pieces, tree_inputs_of
 from ..structure.pieces import end_cut_word
 from ..modules.options import plain
 from .input_options import RemembersInputOptions, default_of, input_option
@@ -74,6 +78,10 @@ class TranslationStructTask(RemembersInputOptions, TranslationTask):
     feeds_trees = True  # structural positions need this (fairseq_posattn.config_check)
     options_from_checkpoint = False  # the hub's task: its options are the checkpoint's, as it was trained
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._read_by_models: List[TreeInputs] = []  # of every model built, in order
+
     @classmethod
     def setup_task(cls, cfg, **kwargs):
         task = super().setup_task(cfg, **kwargs)
@@ -90,7 +98,14 @@ class TranslationStructTask(RemembersInputOptions, TranslationTask):
             )
         if not self.options_from_checkpoint:
             self.refuse_inert_options(cfg)
+        self._read_by_models.append(tree_inputs_of(model.encoder))
         return model
+
+    def tree_inputs(self) -> TreeInputs:
+        """What the collaters build: the tree inputs of the models this task
+        built, together (an ensemble's; :func:`refuse_mixed_anchors` names the
+        checkpoints whose anchors differ); Wang et al.'s two before any model."""
+        return together(self._read_by_models) if self._read_by_models else WANG_TREE_INPUTS
 
     @classmethod
     def load_dictionary(cls, filename):
@@ -127,24 +142,27 @@ class TranslationStructTask(RemembersInputOptions, TranslationTask):
             WordStarts(self.src_dict, self.cfg.subword_scheme),
         )
         self.datasets[split] = TreeLanguagePairDataset(
-            pairs, trees, rule=self.cfg.structural_relative_rule, name=split
+            pairs, trees, rule=self.cfg.structural_relative_rule, name=split, wanted=self.tree_inputs
         )
 
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
-        """Decode; batches without trees (fairseq-interactive builds its own
-        batches from the source tokens only) are parsed first, for models that read them."""
+        """Decode; batches without the tree inputs that ``models`` read
+        (fairseq-interactive and the hub build their own batches from the
+        source tokens only) are parsed first."""
         net_input = sample["net_input"]
-        if "src_depths" not in net_input and any(model.encoder.reads_trees for model in models):
-            net_input.update(self.parse_source(net_input["src_tokens"]))
+        wanted = together(tree_inputs_of(model.encoder) for model in models)
+        if any(key not in net_input for key in wanted.keys()):
+            net_input.update(self.parse_source(net_input["src_tokens"], wanted))
         return super().inference_step(
             generator, models, sample, prefix_tokens=prefix_tokens, constraints=constraints
         )
 
-    def parse_source(self, src_tokens):
-        """Trees of a padded batch of source pieces, laid out like the pieces:
-        rebuild the words (``--subword-scheme``; with ``--truncate-source`` a
-        word cut off at the end is the pieces of it that were kept), parse
-        them (``--parser``) and project the trees back onto the pieces."""
+    def parse_source(self, src_tokens, wanted: TreeInputs):
+        """The tree inputs ``wanted`` of a padded batch of source pieces, laid
+        out like the pieces: rebuild the words (``--subword-scheme``; with
+        ``--truncate-source`` a word cut off at the end is the pieces of it
+        that were kept), parse them (``--parser``) and batch the trees as the
+        collater batches the tree files (:func:`~fairseq_posattn.structure.batch_trees_of_pieces`)."""
         pad, eos = self.src_dict.pad(), self.src_dict.eos()
         pieces = [
             [self.src_dict[t] for t in row if t != pad and t != eos]
@@ -152,15 +170,15 @@ class TranslationStructTask(RemembersInputOptions, TranslationTask):
         ]
         if self.cfg.truncate_source:  # fairseq-interactive may cut a line inside a word
             pieces = [end_cut_word(row, self.cfg.subword_scheme) for row in pieces]
-        depths, relative = batch_trees_of_pieces(
+        inputs = batch_trees_of_pieces(
             pieces, self.cfg.subword_scheme,
             lambda words: [tree.heads for tree in self.parser.parse(words)],
+            wanted,
             rule=self.cfg.structural_relative_rule,
             left_pad=bool(src_tokens[:, 0].eq(pad).any()),
             width=src_tokens.size(1),
         )
-        device = src_tokens.device
-        return {"src_depths": depths.to(device), "src_structural_positions": relative.to(device)}
+        return {key: value.to(src_tokens.device) for key, value in inputs.items()}
 
     @functools.cached_property
     def parser(self):
@@ -170,3 +188,24 @@ class TranslationStructTask(RemembersInputOptions, TranslationTask):
                              "pass --parser spacy|stanza|udpipe (and --parser-model)")
         return build_parser(self.cfg.parser, model=self.cfg.parser_model,
                             lang=self.cfg.parser_lang, stanza_dir=self.cfg.stanza_dir)
+
+
+def together(inputs: Iterable[TreeInputs]) -> TreeInputs:
+    """The tree inputs of an ensemble's models: what any of them reads."""
+    return functools.reduce(operator.or_, inputs, TreeInputs())
+
+
+def refuse_mixed_anchors(models, filenames) -> None:
+    """Refuse an ensemble (``models``, loaded from ``filenames``) whose models
+    read PASCAL's parent positions at different ``--pascal-anchor`` values:
+    their batches can hold the positions of one anchor only."""
+    anchors = {}
+    for model, filename in zip(models, filenames):
+        anchor = tree_inputs_of(getattr(model, "encoder", None)).parent_anchor
+        if anchor is not None:
+            anchors.setdefault(anchor, []).append(str(filename))
+    if len(anchors) > 1:
+        listed = "; ".join(f"--pascal-anchor {anchor}: {', '.join(files)}"
+                           for anchor, files in sorted(anchors.items()))
+        raise ValueError(f"the checkpoints of an ensemble must read the source's parent positions at one "
+                         f"--pascal-anchor, and these differ ({listed}): decode with checkpoints of one anchor")
