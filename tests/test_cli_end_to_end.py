@@ -34,6 +34,8 @@ RUNS = {
                        "--learnable-temperature"),
     ),
     "pe-concat": ("transformer_posattn", ("--encoder-position-embedding", "concat")),
+    # the position methods that read no trees (test_translation_struct.py runs the others)
+    **{arch: (arch, ()) for arch in ("transformer_rope", "transformer_alibi", "transformer_t5bias")},
     # Hao et al. (2019): the hybrid, the reverse stack order, a pure LSTM encoder
     "onlstm_san_transformer": ("onlstm_san_transformer", ("--encoder-recurrent-layers", "1")),
     "transformer_san3_onlstm3": ("transformer_san3_onlstm3", ("--encoder-recurrent-layers", "1")),

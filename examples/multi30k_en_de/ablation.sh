@@ -19,6 +19,11 @@
 #   H  F with --encoder-ffn-embed-dim 1920         F as large as E (parameters within 2%,
 #                                                  checked before training), depth unchanged
 #   W  transformer_struct, CONTROL_TREES=random-projective   C on wrong trees of the right shape
+#   R  transformer_rope                            rotary positions (Su et al. 2021), no embeddings
+#   L  transformer_alibi                           ALiBi (Press et al. 2022), no embeddings
+#   T  transformer_t5bias                          T5's relative bias (Raffel et al. 2020), no embeddings
+#   P  transformer_pascal                          PE[add] + PASCAL (Bugliarello & Okazaki 2020)
+#   Q  transformer_depdist                         ALiBi + the dependency-distance bias, no embeddings
 #   X2 (any row X above)                           X with twice the budget, --max-update 2000
 #
 # Every job is examples/multi30k_en_de/run.sh with the recipe's own settings and
@@ -31,7 +36,7 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 export THREADS="${THREADS:-1}"
 export EXPORT_DIR="${EXPORT_DIR:-$(cd "$HERE/../.." && pwd)/docs/results/multi30k}"
-ROWS="A B C D E F G H W, and X2 for any of them"
+ROWS="A B C D E F G H W R L T P Q, and X2 for any of them"
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
 check_only=0
 if [[ "${1:-}" == --check ]]; then check_only=1; shift; fi
@@ -50,6 +55,11 @@ settings_of() {
                      "ARCH_ARGS=--encoder-layers 6 --encoder-normalize-before --encoder-ffn-embed-dim 1920"
                      PARAMS_LIKE=onlstm_san_transformer) ;;
         W) settings=(ARCH=transformer_struct ARCH_ARGS= CONTROL_TREES=random-projective) ;;
+        R) settings=(ARCH=transformer_rope ARCH_ARGS=) ;;
+        L) settings=(ARCH=transformer_alibi ARCH_ARGS=) ;;
+        T) settings=(ARCH=transformer_t5bias ARCH_ARGS=) ;;
+        P) settings=(ARCH=transformer_pascal ARCH_ARGS=) ;;
+        Q) settings=(ARCH=transformer_depdist ARCH_ARGS=) ;;
         [A-Z]2) settings_of "${1%2}" || return 2
                 settings+=(MAX_UPDATE=2000 NAME_SUFFIX=_max_update_2000) ;;
         *) return 2 ;;

@@ -232,8 +232,8 @@ class PositionAttentionConfig(EncoderOptions):
         "help": "standard deviation of PASCAL's normal density over key positions",
         "needs": (ATTENTION_LAYERS, PASCAL)})
     pascal_anchor: PARENT_ANCHOR_CHOICES = field(default="mean", metadata={
-        "help": "where PASCAL places a parent word split into pieces: mean (the middle of its pieces, the "
-                "paper's) or root (its first piece)",
+        "help": "where PASCAL places a parent word split into pieces: mean (the middle of its pieces) or "
+                "root (its first piece), both as Bugliarello & Okazaki (2020, Sec. 3) define them",
         "needs": (ATTENTION_LAYERS, PASCAL)})
     encoder_attention_kernel: ATTENTION_KERNEL_CHOICES = field(default="auto", metadata={
         "help": manual.help_text(manual.ATTENTION), "parse": kernel_choice.parse_option(manual.ATTENTION),
