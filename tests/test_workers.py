@@ -44,6 +44,16 @@ def test_the_first_error_is_raised_as_the_worker_raised_it():
 
 
 @pytest.mark.timeout(120)
+def test_in_order_the_first_item_that_fails_is_the_error_whichever_worker_ends_first():
+    """The error one process would raise: the later item fails at once, the earlier one after a while."""
+    with worker_pool(2) as each:
+        with pytest.raises(ValueError, match="item 0.5 failed"):
+            list(each(sleep_then_fail, [0.5, 0.0]))
+        with pytest.raises(ValueError, match="item 0.0 failed"):  # as they come: the first to arrive
+            list(each(sleep_then_fail, [0.5, 0.0], ordered=False))
+
+
+@pytest.mark.timeout(120)
 def test_a_worker_that_dies_is_named_and_the_others_stopped_at_once(forkserver):
     """A worker killed in the middle of a part (as by the kernel's OOM killer)
     ends the run with a message naming the part (multiprocessing.Pool replaced

@@ -12,9 +12,10 @@ top level with ``if __name__ == "__main__":``.
 
 Whatever ends the run (an item that fails, a worker that dies, an error of
 the caller, Ctrl-C) the workers are stopped within :data:`STOP_SECONDS`
-(SIGTERM, then SIGKILL), and the first error is raised as the worker raised
-it (the plugin's message naming file, sentence and line), without the
-pool's traceback.
+(SIGTERM, then SIGKILL), and the first error (in the items' order, unless
+results are taken as they come) is raised as the worker raised it (the
+plugin's message naming file, sentence and line), without the pool's
+traceback.
 """
 
 import contextlib
@@ -146,13 +147,15 @@ class _Pool:
     def map(self, function: Callable, items: Iterable, ordered: bool = True,
             name: Callable[[object], str] = repr) -> Iterator:
         """``function(item)`` for every item, in order or as they come; ``name(item)``
-        says which item a worker that died was working on."""
+        says which item a worker that died was working on.  In order, the error
+        raised is that of the first item that fails, as in one process; as they
+        come, the first error to arrive."""
         items = enumerate(items)
         ahead = 2 * len(self.workers)  # in order: results kept waiting for an earlier one, at most
-        waiting, next_out, handed, exhausted = {}, 0, 0, False
+        waiting, next_out, handed, exhausted, failed = {}, 0, 0, False, False
         while True:
             for worker in self.workers:
-                if worker.busy or exhausted or (ordered and handed >= next_out + ahead):
+                if worker.busy or exhausted or failed or (ordered and handed >= next_out + ahead):
                     continue
                 index, item = next(items, (None, None))
                 if index is None:
@@ -168,14 +171,20 @@ class _Pool:
                 if worker.connection not in ready and worker.process.sentinel not in ready:
                     continue
                 index, result, error = self._receive(worker, name)
-                if error is not None:
-                    raise error from None
                 if not ordered:
+                    if error is not None:
+                        raise error from None
                     yield result
                     continue
-                waiting[index] = result
+                # in order, an item's error waits for the items before it, whose own error comes first:
+                # the error one process would raise, whichever worker finishes first
+                waiting[index] = result, error
+                failed = failed or error is not None
                 while next_out in waiting:
-                    yield waiting.pop(next_out)
+                    result, error = waiting.pop(next_out)
+                    if error is not None:
+                        raise error from None
+                    yield result
                     next_out += 1
 
     @staticmethod
