@@ -2,6 +2,7 @@
 panels and a panel's labels."""
 
 import logging
+import textwrap
 
 # importing fairseq leaves the root logger at DEBUG, where matplotlib chatters
 logging.getLogger("matplotlib").setLevel(logging.WARNING)
@@ -11,6 +12,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 __all__ = ["label_panel", "panel_grid", "plt"]
+
+TITLE_WIDTH = 48  # characters of a panel title's line: run names are long
 
 
 def panel_grid(count: int, cols: int, panel_size, **subplots):
@@ -29,8 +32,9 @@ def panel_grid(count: int, cols: int, panel_size, **subplots):
 
 
 def label_panel(ax, title: str, xlabel: str, ylabel: str, empty: str, legend_size="small"):
-    """Title, axis labels and grid; a legend, or ``empty`` where nothing was drawn."""
-    ax.set_title(title, fontsize="small")
+    """Title (wrapped to fit a panel), axis labels and grid; a legend, or ``empty``
+    where nothing was drawn."""
+    ax.set_title(textwrap.fill(title, TITLE_WIDTH), fontsize="small")
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)

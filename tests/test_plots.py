@@ -141,6 +141,19 @@ def test_default_labels_tell_runs_apart(tmp_path):
     assert plot_curves.default_labels(logs) == ["base", "struct"]
 
 
+def test_a_long_run_name_is_wrapped_to_its_panel():
+    """The ablation's run names reach 80 characters: a panel's title is wrapped, not
+    drawn across its neighbours."""
+    from fairseq_posattn.figures import TITLE_WIDTH, label_panel, panel_grid, plt
+    name = "H: transformer_encoder_layers_6_encoder_normalize_before_encoder_ffn_embed_dim_1920"
+    fig, (ax,) = panel_grid(1, 1, (4, 3))
+    label_panel(ax, name, "updates", "validation loss", "no runs")
+    lines = ax.get_title().split("\n")
+    plt.close(fig)
+    assert len(lines) > 1 and all(len(line) <= TITLE_WIDTH for line in lines)
+    assert "".join(lines).replace(" ", "") == name.replace(" ", "")
+
+
 def test_a_metric_no_run_logged_is_refused(tmp_path):
     log = tmp_path / "run.log"
     log.write_text(SNIPPET)
