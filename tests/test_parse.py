@@ -9,6 +9,7 @@ All fixtures are written here; nothing is read from ../shared.
 
 import io
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -518,12 +519,14 @@ def test_killed_run_resumes_to_the_same_output(big_corpus, tmp_path, workers):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("start_method", ["spawn", "forkserver"])
-def test_ctrl_c_stops_the_workers_at_once(big_corpus, tmp_path, start_method):
+def test_ctrl_c_stops_the_workers_at_once(tmp_path, start_method):
     """Ctrl-C (SIGINT to the command's process group, as a terminal sends it)
     while two workers parse: the command says how to resume and exits 130
     within the workers' stop bound; no worker prints a traceback or outlives
-    it (resuming: test_killed_run_resumes_to_the_same_output)."""
-    inp, lines, ref = big_corpus
+    it (resuming: test_killed_run_resumes_to_the_same_output).  The input is
+    long enough (2000 chunks, a minute of parsing) that a busy test process
+    still sends the signal in the middle of the run."""
+    inp = write_lines(tmp_path / "long.txt", corpus_lines(1000) * 20)
     out = tmp_path / "out.conllu"
     parts = Path(str(out) + ".parts")
     command = [cli("fairseq-posattn-parse"), "--input", str(inp), "--output", str(out),
@@ -554,7 +557,7 @@ def test_ctrl_c_stops_the_workers_at_once(big_corpus, tmp_path, start_method):
             break
         time.sleep(0.05)
     assert not left
-    assert not out.exists() and 2 <= sum(n.startswith("chunk-") for n in os.listdir(parts)) < 100
+    assert not out.exists() and 2 <= sum(n.startswith("chunk-") for n in os.listdir(parts)) < 2000
 
 
 def test_start_method_fork_is_refused_by_name(tmp_path, capsys):
@@ -820,6 +823,49 @@ def test_runs_that_merge_at_once_merge_once_and_remove_the_chunks(gold50, tmp_pa
         assert not errors
         assert out.read_text(encoding="utf-8") == normalised(lines, trees)
         assert not [name for name in os.listdir(tmp_path) if ".parts" in name]
+
+
+def test_merge_only_after_the_merge_finds_the_output_merged(gold50, tmp_path, caplog):
+    """A ``--merge-only`` that comes after another run has merged and removed
+    the chunks succeeds once it has checked the output against every line."""
+    inp, gold, lines, trees = gold50
+    out = tmp_path / "out.conllu"
+    check_conllu(inp, gold, out)
+    merged = out.read_bytes()
+    with caplog.at_level(logging.INFO, logger=parse_mod.logger.name):
+        check_conllu(inp, gold, out, "--merge-only")
+    assert "%s already holds the 50 trees of %s" % (out, inp) in caplog.text
+    assert out.read_bytes() == merged
+
+
+@pytest.mark.parametrize("damage", ["no output", "a line more", "a sentence less", "other ids"])
+def test_merge_only_without_chunks_refuses_an_output_of_other_lines(gold50, tmp_path, capsys,
+                                                                     damage):
+    inp, gold, lines, trees = gold50
+    out = tmp_path / "out.conllu"
+    parts = "%s.parts" % out
+    if damage != "no output":
+        check_conllu(inp, gold, out)
+    if damage == "a line more":
+        write_lines(inp, lines + ["one more line"])
+    elif damage == "a sentence less":
+        out.write_text(normalised(lines[:-1], trees[:-1]), encoding="utf-8")
+    elif damage == "other ids":
+        out.write_text(out.read_text(encoding="utf-8").replace("# sent_id = 9\n",
+                                                               "# sent_id = 90\n"),
+                       encoding="utf-8")
+    before = out.read_bytes() if out.exists() else None
+    err = check_fails(inp, gold, out, capsys, "--merge-only")
+    if damage == "no output":
+        assert "--merge-only: %s does not exist; run the parse first" % parts in err
+        assert not out.exists()
+        return
+    assert "--merge-only: %s does not exist, and %s does not hold the parse of %s (" % (
+        parts, out, inp) in err
+    assert {"a line more": "the file ends after 50 sentences but the text has more lines",
+            "a sentence less": "the file ends after 49 sentences but the text has more lines",
+            "other ids": "sentence 9: sent_id '90', expected 9"}[damage] in err
+    assert out.read_bytes() == before
 
 
 @pytest.mark.slow

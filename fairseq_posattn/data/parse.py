@@ -33,6 +33,7 @@ from tqdm import tqdm
 
 from fairseq_posattn.structure import (DependencyTree, StructureError, check_tree,
                                        read_conllu, write_conllu)
+from fairseq_posattn.structure.conllu_io import index_sentences
 
 from ..errors import UserError, at_least_one, quoted, quoted_pair, reported
 from ..files import atomic_output
@@ -174,12 +175,31 @@ def verify_chunk(path: str, lines: Sequence[str], first_line: int) -> None:
     (input lines ``first_line``, ``first_line + 1``, ...): one per line (as
     :func:`read_conllu` checks them), ``sent_id`` = line numbers; raises
     :class:`StructureError` or :class:`ParseInputError`."""
-    for i, tree in enumerate(read_conllu(path, texts=lines)):
+    _check_sent_ids(read_conllu(path, texts=lines), path, first_line, len(lines), 1)
+
+
+def _check_sent_ids(trees: Iterable[DependencyTree], path: str, first_line: int, n: int,
+                    first_sentence: int) -> None:
+    """``sent_id`` of the trees of input lines ``first_line``... (sentence
+    ``first_sentence``... of ``path``) = their line numbers."""
+    for i, tree in enumerate(trees):
         want = str(first_line + i)
         if tree.sent_id != want:
             raise ParseInputError("%s, sentence %d: sent_id %s, expected %s (chunk of input "
-                                  "lines %d-%d)" % (path, i + 1, quoted(tree.sent_id), want, first_line,
-                                                    first_line + len(lines) - 1))
+                                  "lines %d-%d)" % (path, first_sentence + i, quoted(tree.sent_id),
+                                                    want, first_line, first_line + n - 1))
+
+
+def verify_output(index: InputIndex, output: str) -> None:
+    """Check that a merged ``output`` holds exactly the trees of every input
+    line, one chunk of lines at a time; raises :class:`StructureError` or
+    :class:`ParseInputError`."""
+    merged = index_sentences(output, index.chunk_size)
+    for c in range(index.n_chunks):
+        lines = index.read_chunk(c)
+        trees = merged.read_part(c, texts=lines, last=c == index.n_chunks - 1)
+        first = index.chunk_lines(c)[0]
+        _check_sent_ids(trees, output, first, len(lines), first)
 
 
 def parse_lines(parser: Parser, lines: Sequence[str], first_line: int, source: str,
@@ -374,8 +394,7 @@ def merge_chunks(index: InputIndex, parts_dir: str, output: str,
 def _merging(parts_dir: str):
     """Hold the merge lock of ``parts_dir`` for the block, so that shards that
     finish together check, merge and remove the chunks one at a time; yields
-    whether ``parts_dir`` is still there (else another run merged it, and
-    says so)."""
+    whether ``parts_dir`` is still there (else another run merged it)."""
     try:
         fd = os.open(os.path.join(parts_dir, MERGE_LOCK), os.O_RDWR | os.O_CREAT, 0o666)
     except FileNotFoundError:
@@ -383,10 +402,7 @@ def _merging(parts_dir: str):
     try:
         if fd is not None:
             fcntl.flock(fd, fcntl.LOCK_EX)  # the kernel lets go when fd is closed
-        there = fd is not None and os.fstat(fd).st_nlink > 0
-        if not there:
-            logger.info("another run has merged the chunks of %s and removed them", parts_dir)
-        yield there
+        yield fd is not None and os.fstat(fd).st_nlink > 0
     finally:
         if fd is not None:
             os.close(fd)
@@ -506,17 +522,26 @@ def parse_file(args) -> None:
             "parser": existing.describe() if existing else parser_identity(args)}
 
     if args.merge_only:
-        if not os.path.isdir(parts_dir):
-            raise ParseInputError("--merge-only: %s does not exist; run the parse first (a run "
-                                  "that merges its chunks removes them)" % parts_dir)
-        check_or_write_meta(parts_dir, meta, write=False)
         with _merging(parts_dir) as there:
             if there:
+                check_or_write_meta(parts_dir, meta, write=False)
                 n = merge_chunks(index, parts_dir, args.output)
                 _remove_parts(parts_dir)
         if there:
             logger.info("merged %d sentences from %d chunks into %s", n, index.n_chunks,
                         args.output)
+            return
+        if not os.path.exists(args.output):
+            raise ParseInputError("--merge-only: %s does not exist; run the parse first (a run "
+                                  "that merges its chunks removes them)" % parts_dir)
+        try:
+            verify_output(index, args.output)
+        except (StructureError, ParseInputError, UnicodeDecodeError) as exc:
+            raise ParseInputError(
+                "--merge-only: %s does not exist, and %s does not hold the parse of %s (%s); "
+                "run the parse first" % (parts_dir, args.output, args.input, exc)) from None
+        logger.info("%s already holds the %d trees of %s: another run has merged the chunks "
+                    "and removed %s", args.output, index.n_lines, args.input, parts_dir)
         return
 
     os.makedirs(parts_dir, exist_ok=True)
@@ -558,6 +583,9 @@ def parse_file(args) -> None:
     if there:
         logger.info("wrote %d trees to %s (%.1f s in all)", n, args.output,
                     time.time() - t_start)
+    else:
+        logger.info("another run has merged the chunks of %s into %s and removed them",
+                    parts_dir, args.output)
 
 
 def get_argparser() -> argparse.ArgumentParser:
