@@ -451,12 +451,15 @@ def test_ablation_checks_the_parameter_matched_row_and_names_the_budget_rows(mul
     ablation = REPO / "examples" / "multi30k_en_de" / "ablation.sh"
     env = {"DATA": str(data), "WORK": str(work), "EXPORT_DIR": str(tmp_path / "export"),
            "BPE_MERGES": "100", "WORKERS": "1"}
-    proc = run(["bash", ablation, "--check", "H:1", "C2:1", "G:1"], env=env, timeout=300)
+    proc = run(["bash", ablation, "--check", "H:1", "C2:1", "G:1", "PW:1", "QW2:1"], env=env,
+               timeout=300)
     match = re.search(r"parameters: (\d+) for transformer .*--encoder-ffn-embed-dim 1920, "
                       r"(\d+) for onlstm_san_transformer \(within 0.02\)", proc.stderr)
     assert match and abs(int(match[1]) / int(match[2]) - 1) <= 0.02
     assert "run transformer_struct_max_update_2000.seed1" in proc.stderr
     assert "run onlstm_san_transformer_encoder_recurrent_cell_lstm.seed1" in proc.stderr
+    assert "run transformer_pascal_random_projective_trees.seed1" in proc.stderr
+    assert "run transformer_depdist_random_projective_trees_max_update_2000.seed1" in proc.stderr
     assert not (work / "checkpoints").exists()
 
     # at another model size the widened FFN no longer matches: refused before anything trains
@@ -469,9 +472,10 @@ def test_ablation_checks_the_parameter_matched_row_and_names_the_budget_rows(mul
     assert not (work / "checkpoints").exists()
 
 
-@pytest.mark.parametrize("jobs, message", [(["A:1", "Z:1"], "unknown row 'Z' in job 'Z:1' (rows: A B C D E F G H W R L T P Q, and X2"),
+@pytest.mark.parametrize("jobs, message", [(["A:1", "Z:1"], "unknown row 'Z' in job 'Z:1' (rows: A B C D E F G H W R L T P Q PW QW, and X2"),
                                            (["A1"], "job 'A1' is not ROW:SEED"),
                                            (["B2:1", "Z2:1"], "unknown row 'Z2' in job 'Z2:1'"),
+                                           (["PW:1", "AW:1"], "unknown row 'AW' in job 'AW:1'"),
                                            (["F:2", "A:x"], "job 'A:x' is not ROW:SEED")])
 def test_ablation_refuses_unknown_jobs_before_running_anything(jobs, message, tmp_path):
     proc = run(["bash", REPO / "examples" / "multi30k_en_de" / "ablation.sh", *jobs],

@@ -24,6 +24,7 @@
 #   T  transformer_t5bias                          T5's relative bias (Raffel et al. 2020), no embeddings
 #   P  transformer_pascal                          PE[add] + PASCAL (Bugliarello & Okazaki 2020)
 #   Q  transformer_depdist                         ALiBi + the dependency-distance bias, no embeddings
+#   PW, QW                                         P and Q on W's wrong trees
 #   X2 (any row X above)                           X with twice the budget, --max-update 2000
 #
 # Every job is examples/multi30k_en_de/run.sh with the recipe's own settings and
@@ -36,7 +37,7 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 export THREADS="${THREADS:-1}"
 export EXPORT_DIR="${EXPORT_DIR:-$(cd "$HERE/../.." && pwd)/docs/results/multi30k}"
-ROWS="A B C D E F G H W R L T P Q, and X2 for any of them"
+ROWS="A B C D E F G H W R L T P Q PW QW, and X2 for any of them"
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
 check_only=0
 if [[ "${1:-}" == --check ]]; then check_only=1; shift; fi
@@ -60,7 +61,9 @@ settings_of() {
         T) settings=(ARCH=transformer_t5bias ARCH_ARGS=) ;;
         P) settings=(ARCH=transformer_pascal ARCH_ARGS=) ;;
         Q) settings=(ARCH=transformer_depdist ARCH_ARGS=) ;;
-        [A-Z]2) settings_of "${1%2}" || return 2
+        PW|QW) settings_of "${1%W}"
+               settings+=(CONTROL_TREES=random-projective) ;;
+        [A-Z]*2) settings_of "${1%2}" || return 2
                 settings+=(MAX_UPDATE=2000 NAME_SUFFIX=_max_update_2000) ;;
         *) return 2 ;;
     esac
