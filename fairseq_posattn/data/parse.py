@@ -613,7 +613,8 @@ def get_argparser() -> argparse.ArgumentParser:
                    help="do only chunks c with c %% N == i (0-based i), e.g. one array job "
                    "per shard on a cluster; all shards share <output>.parts")
     p.add_argument("--merge-only", action="store_true",
-                   help="only check and merge the chunks of <output>.parts into <output>")
+                   help="only check and merge the chunks of <output>.parts into <output> (when "
+                   "another run has merged them already, check <output> against the input)")
     p.add_argument("--cpu", action="store_true", help="do not use a GPU (stanza, spacy)")
     p.add_argument("--start-method", default="spawn", type=_start_method,
                    help="how the --workers processes start: spawn (each imports the plugin) or "
